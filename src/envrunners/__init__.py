@@ -1,0 +1,43 @@
+"""envrunners: fast, fault-tolerant RL experience collection with RLlib's public API.
+
+Every public RLlib path maps by replacing ``ray.rllib`` with ``envrunners``; the
+most used names are also importable flat from here. Imports are lazy, so
+``import envrunners`` stays cheap (no Ray or torch until a name needs them).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # errors
+    "EnvRunnersError": "envrunners.errors",
+    "ConfigError": "envrunners.errors",
+    "EnvCreatorError": "envrunners.errors",
+    "UnknownPolicyError": "envrunners.errors",
+    "OfflineDataError": "envrunners.errors",
+    "EnvRunnerError": "envrunners.errors",
+    "SpaceError": "envrunners.errors",
+    "MultiAgentEnvError": "envrunners.errors",
+    # constants
+    "Columns": "envrunners.core.columns",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'envrunners' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

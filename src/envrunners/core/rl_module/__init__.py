@@ -1,0 +1,1 @@
+"""envrunners.core.rl_module."""

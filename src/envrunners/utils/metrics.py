@@ -1,0 +1,37 @@
+"""Metric key names (``ray.rllib.utils.metrics``), shared by runners, groups and the CLI."""
+
+from __future__ import annotations
+
+NUM_ENV_STEPS_SAMPLED = "num_env_steps_sampled"
+NUM_ENV_STEPS_SAMPLED_LIFETIME = "num_env_steps_sampled_lifetime"
+NUM_AGENT_STEPS_SAMPLED = "num_agent_steps_sampled"
+NUM_AGENT_STEPS_SAMPLED_LIFETIME = "num_agent_steps_sampled_lifetime"
+NUM_MODULE_STEPS_SAMPLED = "num_module_steps_sampled"
+NUM_MODULE_STEPS_SAMPLED_LIFETIME = "num_module_steps_sampled_lifetime"
+NUM_EPISODES = "num_episodes"
+NUM_EPISODES_LIFETIME = "num_episodes_lifetime"
+NUM_ENV_STEP_FAILURES_LIFETIME = "num_env_step_failures"
+
+EPISODE_LEN_MEAN = "episode_len_mean"
+EPISODE_LEN_MIN = "episode_len_min"
+EPISODE_LEN_MAX = "episode_len_max"
+EPISODE_RETURN_MEAN = "episode_return_mean"
+EPISODE_RETURN_MIN = "episode_return_min"
+EPISODE_RETURN_MAX = "episode_return_max"
+EPISODE_DURATION_SEC_MEAN = "episode_duration_sec_mean"
+EPISODE_AGENT_RETURN_MEAN = "agent_episode_returns_mean"
+EPISODE_MODULE_RETURN_MEAN = "module_episode_returns_mean"
+EPISODE_AGENT_STEPS = "agent_steps"
+
+TIME_BETWEEN_SAMPLING = "time_between_sampling"
+SAMPLE_TIMER = "sample"
+ENV_RESET_TIMER = "env_reset_timer"
+ENV_STEP_TIMER = "env_step_timer"
+ENV_TO_MODULE_CONNECTOR = "env_to_module_connector"
+MODULE_TO_ENV_CONNECTOR = "module_to_env_connector"
+RLMODULE_INFERENCE_TIMER = "rlmodule_inference_timer"
+ENV_RUNNER_STATE_SERVER_PULL_TIMER = "env_runner_state_server_pull"
+
+WEIGHTS_SEQ_NO = "weights_seq_no"
+ENV_RUNNER_RESULTS = "env_runners"
+NUM_ENV_STEPS_PER_SECOND = "num_env_steps_sampled_per_second"

@@ -1,0 +1,29 @@
+"""Shared fixtures: one real local Ray session for the integration tests."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray (2 CPUs, no dashboard) started once and shut down at the end."""
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            ignore_reinit_error=True,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+        started = True
+    yield ray
+    if started:
+        ray.shutdown()
