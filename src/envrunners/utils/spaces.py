@@ -86,7 +86,10 @@ def gym_space_to_dict(space: gym.Space) -> dict[str, Any]:
         }
     if isinstance(space, gym.spaces.MultiBinary):
         n = space.n
-        return {"space": "multi-binary", "n": int(n) if np.ndim(n) == 0 else list(np.ravel(n))}
+        return {
+            "space": "multi-binary",
+            "n": int(n) if np.ndim(n) == 0 else [int(x) for x in np.ravel(n)],
+        }
     if isinstance(space, gym.spaces.Dict):
         return {
             "space": "dict",

@@ -223,6 +223,9 @@ class InfiniteLookbackBuffer:
                 first = map_structure(lambda d: d[0], self.data)
             else:
                 first = self.data[0]
+                numeric = isinstance(fill, (int, float, np.number)) and not isinstance(fill, bool)
+                if is_struct(first) or not numeric or not _is_numeric_leaf(first):
+                    return fill  # e.g. infos dicts: pad with the fill value itself
             return map_structure(lambda x: self._leaf_fill(None, fill, False, like=x), first)
         return map_structure(lambda s: self._leaf_fill(s, fill, one_hot), self.space_struct)
 
@@ -438,7 +441,7 @@ class InfiniteLookbackBuffer:
     def get_state(self) -> dict[str, Any]:
         """Return the buffer as a dict (data, lookback, finalized, encoded space)."""
         return {
-            "data": self.data,
+            "data": self.data if self.finalized else list(self.data),
             "lookback": self.lookback,
             "finalized": self.finalized,
             "space": gym_space_to_dict(self.space) if self.space is not None else None,
@@ -448,8 +451,9 @@ class InfiniteLookbackBuffer:
     def from_state(cls, state: dict[str, Any]) -> InfiniteLookbackBuffer:
         """Rebuild a buffer from ``get_state()`` output."""
         space = state.get("space")
+        data = state["data"]
         buf = cls(
-            data=state["data"],
+            data=list(data) if isinstance(data, list) else data,
             lookback=state["lookback"],
             space=gym_space_from_dict(space) if space is not None else None,
         )
@@ -476,6 +480,13 @@ class InfiniteLookbackBuffer:
             f"InfiniteLookbackBuffer(len={len(self)}, lookback={self.lookback}, "
             f"finalized={self.finalized})"
         )
+
+
+def _is_numeric_leaf(x: Any) -> bool:
+    """Return whether ``x`` is a number or a numeric numpy array (a fill can mimic it)."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return x.dtype.kind in "biuf"
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _one_hot_size(space: Any) -> int | None:
