@@ -335,3 +335,17 @@ def test_set_then_get_round_trip(n, lookback, idx, neg_lb):
                 b.get(idx, neg_index_as_lookback=neg_lb)
             continue
         assert b.get(idx, neg_index_as_lookback=neg_lb) == 99
+
+
+def test_extend_finalized_with_nothing_keeps_dtype():
+    b = InfiniteLookbackBuffer(np.arange(3))
+    b.extend([])
+    b.extend(np.zeros(0))
+    assert b.data.dtype == np.int64 and b.data.tolist() == [0, 1, 2]
+
+
+def test_pickle_round_trip():
+    import pickle
+
+    b = _buf(range(4), lookback=1, space=D4, finalized=True)
+    assert pickle.loads(pickle.dumps(b)) == b

@@ -773,3 +773,20 @@ def test_buffers_are_infinite_lookback_buffers():
     ep = _stepped(2)
     for name in ("observations", "infos", "actions", "rewards"):
         assert isinstance(getattr(ep, name), InfiniteLookbackBuffer)
+
+
+@pytest.mark.parametrize("numpy", [False, True])
+def test_pickle_round_trip(numpy):
+    """Episodes travel between Ray actors by pickle (``__slots__`` included)."""
+    import pickle
+
+    ep = _stepped(4)
+    if numpy:
+        ep.to_numpy()
+    assert_same_episode(pickle.loads(pickle.dumps(ep)), ep)
+
+
+def test_concat_empty_successor_keeps_dtypes():
+    ep = _stepped(3).to_numpy()
+    ep.concat_episode(ep.cut())
+    assert ep.get_actions().dtype == np.int64 and ep.t == 3

@@ -118,3 +118,17 @@ def test_batch_and_unbatch_nested():
 def test_batch_of_scalars_and_empty():
     np.testing.assert_array_equal(batch([1, 2, 3]), [1, 2, 3])
     assert batch([]).shape == (0,)
+
+
+def test_one_hot_helpers():
+    from envrunners.utils.spaces import one_hot_encode, one_hot_size
+
+    assert one_hot_size(gym.spaces.Discrete(3)) == 3
+    assert one_hot_size(gym.spaces.MultiDiscrete([2, 3])) == 5
+    assert one_hot_size(gym.spaces.Box(0, 1, (2,))) is None
+    assert one_hot_encode(gym.spaces.Discrete(3, start=1), 2).tolist() == [0, 1, 0]
+    out = one_hot_encode(gym.spaces.Discrete(3), np.array([0, 2]), batched=True)
+    assert out.dtype == np.float32 and out.tolist() == [[1, 0, 0], [0, 0, 1]]
+    md = one_hot_encode(gym.spaces.MultiDiscrete([2, 3]), np.array([[1, 2]]), batched=True)
+    assert md.tolist() == [[0, 1, 0, 0, 1]]
+    assert one_hot_encode(gym.spaces.Box(0, 1, (2,)), "x") == "x"

@@ -31,6 +31,8 @@ __all__ = [
     "get_base_struct_from_space",
     "gym_space_from_dict",
     "gym_space_to_dict",
+    "one_hot_encode",
+    "one_hot_size",
     "unbatch",
 ]
 
@@ -164,3 +166,30 @@ def get_base_struct_from_space(space: gym.Space | None) -> Any:
     if isinstance(space, gym.spaces.Tuple):
         return tuple(get_base_struct_from_space(s) for s in space.spaces)
     return space
+
+
+def one_hot_size(space: Any) -> int | None:
+    """Return the one-hot width of a Discrete/MultiDiscrete space (sum of ``nvec``), else None."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return int(np.sum(space.nvec))
+    return None
+
+
+def one_hot_encode(space: Any, value: Any, batched: bool = False) -> Any:
+    """One-hot encode a value (or a batch, ``batched=True``) of a Discrete/MultiDiscrete space.
+
+    Why: models take discrete observations/actions as float32 one-hot vectors;
+    MultiDiscrete components are concatenated. Other spaces pass ``value`` through.
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        v = np.asarray(value, dtype=np.int64) - int(space.start)
+        return np.eye(int(space.n), dtype=np.float32)[v]
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        v = np.asarray(value, dtype=np.int64) - np.asarray(space.start, dtype=np.int64)
+        v = v.reshape((v.shape[0], -1) if batched else (-1,))
+        nvec = np.asarray(space.nvec).ravel()
+        parts = [np.eye(int(k), dtype=np.float32)[v[..., j]] for j, k in enumerate(nvec)]
+        return np.concatenate(parts, axis=-1)
+    return value

@@ -31,6 +31,8 @@ from envrunners.utils.spaces import (
     get_base_struct_from_space,
     gym_space_from_dict,
     gym_space_to_dict,
+    one_hot_encode,
+    one_hot_size,
 )
 
 __all__ = ["InfiniteLookbackBuffer"]
@@ -114,7 +116,11 @@ class InfiniteLookbackBuffer:
     def extend(self, items: Any) -> None:
         """Append many items: a list of items, or batch-first (numpy) data."""
         if self.finalized:
+            if isinstance(items, list) and not items:
+                return  # nothing to add; avoid promoting dtypes with an empty batch
             new = self._batch(items) if isinstance(items, list) else items
+            if leaf_len(new) == 0:
+                return
             if self.len_incl_lookback() == 0:
                 self.data = map_structure(np.asarray, new)
             else:
@@ -201,8 +207,8 @@ class InfiniteLookbackBuffer:
 
     def _leaf_fill(self, leaf_space: Any, fill: Any, one_hot: bool, like: Any = None) -> Any:
         """Return one fill item for a leaf: shaped like its space (or like ``like``)."""
-        if one_hot and _one_hot_size(leaf_space) is not None:
-            return np.zeros((_one_hot_size(leaf_space),), dtype=np.float32)
+        if one_hot and one_hot_size(leaf_space) is not None:
+            return np.zeros((one_hot_size(leaf_space),), dtype=np.float32)
         if leaf_space is not None and getattr(leaf_space, "shape", None) is not None:
             return np.full(leaf_space.shape, fill, dtype=leaf_space.dtype)[()]
         if like is not None:
@@ -233,7 +239,7 @@ class InfiniteLookbackBuffer:
         """One-hot encode the Discrete/MultiDiscrete leaves of ``value``."""
         if self.space_struct is None:
             return value
-        return map_structure(lambda s, v: _one_hot_leaf(s, v, batched), self.space_struct, value)
+        return map_structure(lambda s, v: one_hot_encode(s, v, batched), self.space_struct, value)
 
     def _effective(self, _ignore_last_ts: bool, _add_last_ts_value: Any) -> Any:
         """Return data with the last item dropped and/or an extra item appended."""
@@ -487,26 +493,3 @@ def _is_numeric_leaf(x: Any) -> bool:
     if isinstance(x, (np.ndarray, np.generic)):
         return x.dtype.kind in "biuf"
     return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _one_hot_size(space: Any) -> int | None:
-    """Return the one-hot width of a Discrete/MultiDiscrete space, else None."""
-    if isinstance(space, gym.spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        return int(np.sum(space.nvec))
-    return None
-
-
-def _one_hot_leaf(space: Any, value: Any, batched: bool) -> Any:
-    """One-hot encode one leaf (a single value or a batch) if its space is discrete."""
-    if isinstance(space, gym.spaces.Discrete):
-        v = np.asarray(value, dtype=np.int64) - int(space.start)
-        return np.eye(int(space.n), dtype=np.float32)[v]
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        v = np.asarray(value, dtype=np.int64) - np.asarray(space.start, dtype=np.int64)
-        v = v.reshape((v.shape[0], -1) if batched else (-1,))
-        nvec = np.asarray(space.nvec).ravel()
-        parts = [np.eye(int(k), dtype=np.float32)[v[..., j]] for j, k in enumerate(nvec)]
-        return np.concatenate(parts, axis=-1)
-    return value
