@@ -1,0 +1,406 @@
+"""Building blocks every runner shares: env, connectors, module, checks, callbacks.
+
+Kept apart from the runner classes so the single-agent runner, the multi-agent
+runner and the old-stack ``RolloutWorker`` build their pieces the same way and
+fail with the same clear errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from envrunners.connectors.connector_v2 import ConnectorPipelineV2, ConnectorV2
+from envrunners.connectors.steps import MeanStdFilter, NormalizeAndClipActions, clip_rewards_fn
+from envrunners.env.env_context import EnvContext
+from envrunners.env.registry import check_is_env, resolve_env_creator
+from envrunners.errors import ConfigError, EnvCreatorError, SpaceError
+from envrunners.sampling.vector_env import FastSyncVectorEnv
+
+logger = logging.getLogger("envrunners")
+
+_CALLBACK_EVENTS = (
+    "on_environment_created",
+    "on_episode_created",
+    "on_episode_start",
+    "on_episode_step",
+    "on_episode_end",
+    "on_sample_end",
+)
+
+
+# -- env ----------------------------------------------------------------------------
+def should_create_env(config: Any, worker_index: int | None) -> bool:
+    """RLlib's rule: a group's local runner (index 0 with remotes) has no env by default."""
+    return (
+        worker_index is None
+        or worker_index > 0
+        or bool(config.create_env_on_local_worker)
+        or not config.num_env_runners
+    )
+
+
+def close_quietly(env: Any) -> None:
+    """Close ``env``; a failure only logs (we are replacing or dropping it anyway)."""
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001
+        logger.warning("closing the env failed", exc_info=True)
+
+
+def _mode(config: Any) -> str:
+    mode = config.gym_env_vectorize_mode
+    return str(getattr(mode, "value", mode)).lower()
+
+
+def make_env_context(config: Any, worker_index: int | None, num_workers: int | None) -> EnvContext:
+    """The ``EnvContext`` handed to env creators (or ``config.env_config`` if it is one)."""
+    if isinstance(config.env_config, EnvContext):
+        return config.env_config
+    return EnvContext(
+        config.env_config or {},
+        worker_index=worker_index or 0,
+        num_workers=num_workers,
+        remote=bool(config.remote_worker_envs),
+    )
+
+
+def make_vector_env(
+    config: Any, worker_index: int | None, num_workers: int | None
+) -> tuple[gym.vector.VectorEnv, EnvContext]:
+    """Build the runner's vector env for ``config.gym_env_vectorize_mode``.
+
+    ``sync`` uses ``FastSyncVectorEnv`` (per-sub-env restarts); ``async`` runs the
+    sub-envs in worker processes with shared memory; ``vector_entry_point`` calls
+    the creator once with ``num_envs`` and expects a gymnasium ``VectorEnv``.
+    """
+    ctx = make_env_context(config, worker_index, num_workers)
+    n = int(config.num_envs_per_env_runner)
+    mode = _mode(config)
+    if mode == "vector_entry_point":
+        creator = resolve_env_creator(
+            config.env, ctx.copy_with_overrides(env_config={**ctx, "num_envs": n})
+        )
+        env = creator()
+        if not isinstance(env, gym.vector.VectorEnv):
+            raise EnvCreatorError(
+                f"gym_env_vectorize_mode='vector_entry_point' needs the creator of {config.env!r} "
+                f"to return a gymnasium VectorEnv, got {type(env).__name__}."
+            )
+        return _infos_as_list(env), ctx
+    fns = [_checked_fn(config, ctx.copy_with_overrides(vector_index=i)) for i in range(n)]
+    if mode == "sync":
+        env = FastSyncVectorEnv(
+            fns, restart_failed=bool(config.restart_failed_sub_environments), copy=False
+        )
+        return env, ctx
+    if mode == "async":
+        env = gym.vector.AsyncVectorEnv(
+            fns, shared_memory=True, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP
+        )
+        return _infos_as_list(env), ctx
+    raise ConfigError(
+        f"gym_env_vectorize_mode={config.gym_env_vectorize_mode!r} is not one of "
+        "'sync', 'async', 'vector_entry_point'."
+    )
+
+
+def _checked_fn(config: Any, ctx: EnvContext) -> Callable[[], gym.Env]:
+    creator = resolve_env_creator(config.env, ctx)
+
+    def build() -> gym.Env:
+        return check_is_env(creator(), config.env)
+
+    return build
+
+
+def _infos_as_list(env: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
+    from gymnasium.wrappers.vector import DictInfoToList
+
+    return DictInfoToList(env)
+
+
+# -- connectors, rewards, module ----------------------------------------------------
+def _as_connectors(made: Any) -> list[ConnectorV2]:
+    if made is None:
+        return []
+    if isinstance(made, ConnectorPipelineV2):
+        return list(made.connectors)
+    if isinstance(made, list | tuple):
+        return list(made)
+    return [made]
+
+
+def build_connectors(
+    config: Any, obs_space: gym.Space | None, act_space: gym.Space | None, env: Any = None
+) -> tuple[ConnectorPipelineV2, ConnectorPipelineV2]:
+    """The env-to-module and module-to-env pipelines from the config.
+
+    Env-to-module: user steps (``config.env_to_module_connector(env)``) then the
+    observation filter. Module-to-env: action unsquash/clip, then user steps.
+    """
+    e2m: list[ConnectorV2] = []
+    make_e2m = getattr(config, "env_to_module_connector", None)
+    if make_e2m is not None:
+        e2m += _as_connectors(make_e2m(env))
+    obs_filter = getattr(config, "observation_filter", "NoFilter")
+    if obs_filter == "MeanStdFilter" or obs_filter == "ConcurrentMeanStdFilter":
+        e2m.append(MeanStdFilter(obs_space, act_space))
+    elif obs_filter not in (None, "NoFilter"):
+        raise ConfigError(
+            f"observation_filter={obs_filter!r} is not supported by the new-stack runners: "
+            "use 'NoFilter' or 'MeanStdFilter'."
+        )
+    m2e: list[ConnectorV2] = []
+    if isinstance(act_space, gym.spaces.Box):
+        m2e.append(
+            NormalizeAndClipActions(
+                obs_space,
+                act_space,
+                normalize_actions=bool(config.normalize_actions),
+                clip_actions=bool(config.clip_actions),
+            )
+        )
+    make_m2e = getattr(config, "module_to_env_connector", None)
+    if make_m2e is not None:
+        m2e += _as_connectors(make_m2e(env))
+    return (
+        ConnectorPipelineV2(obs_space, act_space, e2m),
+        ConnectorPipelineV2(obs_space, act_space, m2e),
+    )
+
+
+def reward_transform(config: Any) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``config.clip_rewards`` as a function of the reward batch (None = keep)."""
+    return clip_rewards_fn(config.clip_rewards)
+
+
+def build_module(config: Any, spaces: tuple[gym.Space, gym.Space], inference_only: bool = True):
+    """Build the RLModule for one module id from ``config.rl_module_spec`` or the default."""
+    from envrunners.core.rl_module import default_torch_rl_module as default_model
+    from envrunners.core.rl_module.rl_module import RLModuleSpec
+
+    obs_space, act_space = spaces
+    spec = getattr(config, "rl_module_spec", None)
+    model_config = dict(getattr(config, "model_config", None) or {})
+    if spec is None:
+        spec = default_model.default_rl_module_spec(
+            obs_space, act_space, model_config=model_config, inference_only=inference_only
+        )
+    elif isinstance(spec, RLModuleSpec):
+        spec = RLModuleSpec(
+            module_class=spec.module_class,
+            observation_space=spec.observation_space or obs_space,
+            action_space=spec.action_space or act_space,
+            inference_only=spec.inference_only or inference_only,
+            learner_only=spec.learner_only,
+            model_config={**model_config, **(spec.model_config or {})},
+            catalog_class=spec.catalog_class,
+            load_state_path=spec.load_state_path,
+        )
+        if spec.module_class is None:
+            spec = default_model.default_rl_module_spec(
+                spec.observation_space,
+                spec.action_space,
+                model_config=spec.model_config,
+                inference_only=inference_only,
+            )
+    else:
+        raise ConfigError(
+            f"config.rl_module_spec must be an RLModuleSpec, got {type(spec).__name__}"
+        )
+    module = spec.build()
+    if hasattr(module, "eval"):
+        module.eval()
+    return module
+
+
+def compute_actions(module: Any, obs: Any, explore: bool, t: int) -> dict[str, np.ndarray]:
+    """Actions (and extra model outputs) for a batch of observations, as numpy."""
+    fast = getattr(module, "compute_actions_numpy", None)
+    if fast is not None:
+        return fast(obs, explore=explore)
+    from envrunners.core.rl_module import default_torch_rl_module as default_model
+
+    return default_model.compute_actions_numpy(module, obs, explore=explore, t=t)
+
+
+@contextlib.contextmanager
+def torch_threads(config: Any, worker_index: int | None) -> Iterator[None]:
+    """Run inference with the runner's torch thread count (1 by default), then restore."""
+    import torch
+
+    wanted = int(getattr(config, "num_cpus_per_env_runner", 1) or 1)
+    before = torch.get_num_threads()
+    if wanted != before:
+        torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        if wanted != before:
+            torch.set_num_threads(before)
+
+
+# -- checks -------------------------------------------------------------------------
+def check_sample_counts(
+    num_timesteps: int | None, num_episodes: int | None
+) -> tuple[int | None, int | None]:
+    """Validate ``sample()`` counts (AssertionError like RLlib, with a clear message)."""
+    assert not (num_timesteps is not None and num_episodes is not None), (
+        "Provide either `num_timesteps` or `num_episodes`. Both provided here: "
+        f"num_timesteps={num_timesteps}, num_episodes={num_episodes}"
+    )
+    for name, value in (("num_timesteps", num_timesteps), ("num_episodes", num_episodes)):
+        if value is not None:
+            assert isinstance(value, int | np.integer) and value >= 0, (
+                f"`{name}` must be a non-negative int, got {value!r}"
+            )
+    return num_timesteps, num_episodes
+
+
+def _unbatch_index(obs: Any, i: int) -> Any:
+    if isinstance(obs, dict):
+        return {k: _unbatch_index(v, i) for k, v in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_unbatch_index(v, i) for v in obs)
+    return obs[i]
+
+
+def check_observations(runner: Any, obs: Any) -> None:
+    """Raise ``SpaceError`` if a sub-env's observation lies outside its space."""
+    if runner.config.disable_env_checking:
+        return
+    space = runner.env.single_observation_space
+    for i in range(runner.num_envs):
+        item = _unbatch_index(obs, i)
+        if not space.contains(item):
+            raise SpaceError(
+                f"sub-environment {i} returned observation {item!r}, which is not in its "
+                f"observation_space {space}. Fix the env (or its observation_space), or set "
+                "config.environment(disable_env_checking=True) to skip this check."
+            )
+
+
+def check_step(runner: Any, raw_obs: Any, actions: Any) -> None:
+    """Check the first step's observations and actions against the spaces."""
+    check_observations(runner, raw_obs)
+    space = runner.env.single_action_space
+    for i in range(runner.num_envs):
+        action = _unbatch_index(actions, i)
+        if not space.contains(np.asarray(action, dtype=getattr(space, "dtype", None))):
+            raise SpaceError(
+                f"action {action!r} for sub-environment {i} is not in the action_space {space}. "
+                "For Box spaces set config.environment(clip_actions=True) or keep "
+                "normalize_actions=True; otherwise fix the module's output."
+            )
+
+
+# -- state helpers ------------------------------------------------------------------
+def component_selector(
+    components: str | list[str] | None, not_components: str | list[str] | None
+) -> Callable[[str], bool]:
+    """``pick(name)``: RLlib's component selection (paths like ``rl_module/p0`` count)."""
+
+    def norm(x: str | list[str] | None) -> list[str]:
+        return [] if x is None else [x] if isinstance(x, str) else list(x)
+
+    wanted, unwanted = norm(components), norm(not_components)
+
+    def pick(name: str) -> bool:
+        def hit(items: list[str]) -> bool:
+            return any(c == name or c.startswith(name + "/") for c in items)
+
+        if wanted and not hit(wanted):
+            return False
+        return not any(c == name for c in unwanted)
+
+    return pick
+
+
+def resolve_ref(value: Any) -> Any:
+    """``ray.get`` an ObjectRef; anything else is returned as is."""
+    if type(value).__name__ == "ObjectRef":
+        import ray
+
+        return ray.get(value)
+    return value
+
+
+# -- callbacks ----------------------------------------------------------------------
+def make_callbacks(config: Any) -> list[Any]:
+    """Instantiate ``config.callbacks_class`` (a class or a list of classes)."""
+    classes = getattr(config, "callbacks_class", None)
+    if classes is None:
+        return []
+    if not isinstance(classes, list | tuple):
+        classes = [classes]
+    return [cls() if isinstance(cls, type) else cls for cls in classes]
+
+
+def _functions(config: Any, event: str) -> list[Callable[..., Any]]:
+    fns = getattr(config, f"callbacks_{event}", None)
+    if fns is None:
+        return []
+    return list(fns) if isinstance(fns, list | tuple) else [fns]
+
+
+def has_callbacks(runner: Any, event: str) -> bool:
+    """Whether any callback object or function listens to ``event``."""
+    return bool(_functions(runner.config, event)) or any(
+        hasattr(cb, event) for cb in runner._callbacks
+    )
+
+
+def fire(runner: Any, event: str, **kwargs: Any) -> None:
+    """Call ``event`` on every callback object, then every registered function."""
+    for cb in runner._callbacks:
+        method = getattr(cb, event, None)
+        if method is not None:
+            method(**kwargs)
+    for fn in _functions(runner.config, event):
+        fn(**kwargs)
+
+
+def fire_episode_callbacks(runner: Any, result: Any) -> None:
+    """Episode callbacks for one ``sample()`` call, fired after it returns.
+
+    ``on_episode_start``/``on_episode_created`` for episodes that began in the call,
+    ``on_episode_step`` once per env step with the chunk holding that step, and
+    ``on_episode_end`` (with ``prev_episode_chunks``) for finished episodes.
+    """
+    events = [e for e in _CALLBACK_EVENTS[1:5] if has_callbacks(runner, e)]
+    if not events:
+        return
+    common = {
+        "env_runner": runner,
+        "metrics_logger": runner.metrics,
+        "env": runner.env.unwrapped if runner.env is not None else None,
+        "rl_module": runner.module,
+    }
+    prev = runner._prev_chunks
+    groups = (
+        ("done", result.done, result.done_env_index),
+        ("ongoing", result.ongoing, result.ongoing_env_index),
+    )
+    for kind, episodes, env_indices in groups:
+        for episode, env_index in zip(episodes, env_indices):
+            kw = {**common, "episode": episode, "env_index": env_index}
+            if episode.t_started == 0:
+                if "on_episode_created" in events:
+                    fire(runner, "on_episode_created", **kw)
+                if "on_episode_start" in events:
+                    fire(runner, "on_episode_start", **kw)
+            if "on_episode_step" in events:
+                for _ in range(len(episode)):
+                    fire(runner, "on_episode_step", **kw)
+            if kind == "done":
+                chunks = prev.pop(episode.id_, [])
+                if "on_episode_end" in events:
+                    fire(runner, "on_episode_end", prev_episode_chunks=chunks, **kw)
+            else:
+                prev[episode.id_].append(episode)

@@ -1,0 +1,247 @@
+"""A lean synchronous vector env with per-sub-env fault recovery.
+
+Gymnasium's ``SyncVectorEnv`` merges per-env info dicts into arrays and
+concatenates observations every step; the sampler wants neither. This vector env
+keeps gymnasium's ``NEXT_STEP`` autoreset contract (the step after a done returns
+the reset observation and ignores that sub-env's action) but writes observations
+straight into one preallocated array and returns ``infos`` as a list of the
+sub-envs' own dicts (like ``DictInfoToList``).
+
+With ``restart_failed=True`` a sub-env whose ``reset``/``step`` raises is closed,
+recreated and reset on the spot; ``failed`` marks it for that call so the sampler
+drops its partial episode while sibling sub-envs go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+
+from envrunners.env.env_errors import StepFailedRecreateEnvError
+
+__all__ = ["FastSyncVectorEnv", "MAX_SUB_ENV_RESTART_ATTEMPTS"]
+
+logger = logging.getLogger("envrunners")
+
+#: A sub-env that keeps failing right after being recreated is given up on after
+#: this many attempts (RLlib retries forever); the last error is raised.
+MAX_SUB_ENV_RESTART_ATTEMPTS = 10
+
+
+def _is_flat_array_space(space: gym.Space) -> bool:
+    return isinstance(
+        space,
+        gym.spaces.Box | gym.spaces.Discrete | gym.spaces.MultiDiscrete | gym.spaces.MultiBinary,
+    )
+
+
+class FastSyncVectorEnv(gym.vector.VectorEnv):
+    """Steps ``len(env_fns)`` envs in this process, writing into one batch array.
+
+    Args:
+        env_fns: Zero-arg functions, each building one sub-env.
+        restart_failed: Recreate a sub-env whose ``reset``/``step`` raises instead of
+            raising; the call then reports it in ``failed``.
+        check_env: Called as ``check_env(env)`` on every sub-env after it is built.
+        copy: Return a copy of the observation batch (``False`` returns the internal
+            array, which the next call overwrites; the sampler copies it anyway).
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        restart_failed: bool = False,
+        check_env: Callable[[gym.Env], Any] | None = None,
+        copy: bool = True,
+    ):
+        self.copy = copy
+        self.env_fns = list(env_fns)
+        self._check_env = check_env
+        self.envs = [self._build(i) for i in range(len(self.env_fns))]
+        self.num_envs = len(self.envs)
+        first = self.envs[0]
+        self.metadata = dict(getattr(first, "metadata", {}) or {})
+        self.metadata["autoreset_mode"] = gym.vector.AutoresetMode.NEXT_STEP
+        self.render_mode = getattr(first, "render_mode", None)
+        self.spec = getattr(first, "spec", None)
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.restart_failed = restart_failed
+        self._flat_obs = _is_flat_array_space(self.single_observation_space)
+        self._obs = create_empty_array(self.single_observation_space, self.num_envs, fn=np.zeros)
+        self._rewards = np.zeros(self.num_envs, dtype=np.float64)
+        self._terminations = np.zeros(self.num_envs, dtype=np.bool_)
+        self._truncations = np.zeros(self.num_envs, dtype=np.bool_)
+        self._autoreset = np.zeros(self.num_envs, dtype=np.bool_)
+        #: Sub-envs recreated (after an exception) during the last reset()/step().
+        self.failed = np.zeros(self.num_envs, dtype=np.bool_)
+        #: Total number of sub-env failures recovered so far.
+        self.num_failures = 0
+        #: (index, exception) of every failure in the last call, for logging/metrics.
+        self.last_errors: list[tuple[int, BaseException]] = []
+        self.closed = False
+
+    # -- construction and recovery -------------------------------------------------
+    def _build(self, index: int) -> gym.Env:
+        env = self.env_fns[index]()
+        if self._check_env is not None:
+            self._check_env(env)
+        return env
+
+    def _recreate(self, index: int, error: BaseException, phase: str) -> tuple[Any, dict]:
+        """Close, rebuild and reset sub-env ``index``; returns its reset (obs, info)."""
+        self.failed[index] = True
+        self.num_failures += 1
+        self.last_errors.append((index, error))
+        if not isinstance(error, StepFailedRecreateEnvError):
+            logger.error(
+                "Sub-environment %d raised %r in %s(); recreating it (its partial episode is "
+                "dropped).",
+                index,
+                error,
+                phase,
+                exc_info=error,
+            )
+        last = error
+        for attempt in range(MAX_SUB_ENV_RESTART_ATTEMPTS):
+            try:
+                self.envs[index].close()
+            except Exception:  # a broken env may fail to close; it is replaced anyway
+                pass
+            try:
+                self.envs[index] = self._build(index)
+                return self.envs[index].reset()
+            except Exception as err:  # noqa: BLE001 - any env error counts as a failure
+                last = err
+                time.sleep(min(0.01 * 2**attempt, 1.0))
+        raise RuntimeError(
+            f"Sub-environment {index} could not be recreated after "
+            f"{MAX_SUB_ENV_RESTART_ATTEMPTS} attempts; last error: {last!r}"
+        ) from last
+
+    def _fail(self, index: int, error: BaseException, phase: str) -> tuple[Any, dict]:
+        if not self.restart_failed:
+            try:
+                error.sub_env_index = index  # type: ignore[attr-defined]
+            except Exception:
+                pass
+            raise error
+        return self._recreate(index, error, phase)
+
+    # -- gymnasium VectorEnv API ---------------------------------------------------
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
+    ) -> tuple[Any, list[dict]]:
+        """Reset every sub-env; an int seed gives sub-env ``i`` the seed ``seed + i``."""
+        if seed is None:
+            seeds: list[int | None] = [None] * self.num_envs
+        elif isinstance(seed, int | np.integer):
+            seeds = [int(seed) + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError(
+                    f"reset(seed=...) got {len(seeds)} seeds for {self.num_envs} sub-envs"
+                )
+        self.failed[:] = False
+        self.last_errors = []
+        infos: list[dict] = []
+        obs_items = []
+        for i, env in enumerate(self.envs):
+            try:
+                obs, info = env.reset(seed=seeds[i], options=options)
+            except Exception as err:  # noqa: BLE001
+                obs, info = self._fail(i, err, "reset")
+            self._write_obs(i, obs, obs_items)
+            infos.append(info)
+        if not self._flat_obs:
+            self._obs = concatenate(self.single_observation_space, obs_items, self._obs)
+        self._autoreset[:] = False
+        return self._out_obs(), infos
+
+    def _out_obs(self) -> Any:
+        if not self.copy:
+            return self._obs
+        if self._flat_obs:
+            return self._obs.copy()
+        import copy as _copy
+
+        return _copy.deepcopy(self._obs)
+
+    def _write_obs(self, index: int, obs: Any, items: list) -> None:
+        if self._flat_obs:
+            self._obs[index] = obs
+        else:
+            items.append(obs)
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        """Step every sub-env (or autoreset it if its last step ended its episode)."""
+        self.failed[:] = False
+        self.last_errors = []
+        rewards, terms, truncs = self._rewards, self._terminations, self._truncations
+        infos: list[dict] = []
+        obs_items: list = []
+        for i, env in enumerate(self.envs):
+            if self._autoreset[i]:
+                try:
+                    obs, info = env.reset()
+                except Exception as err:  # noqa: BLE001
+                    obs, info = self._fail(i, err, "reset")
+                reward, terminated, truncated = 0.0, False, False
+            else:
+                try:
+                    obs, reward, terminated, truncated, info = env.step(actions[i])
+                except Exception as err:  # noqa: BLE001
+                    obs, info = self._fail(i, err, "step")
+                    reward, terminated, truncated = 0.0, False, False
+            self._write_obs(i, obs, obs_items)
+            rewards[i] = reward
+            terms[i] = terminated
+            truncs[i] = truncated
+            infos.append(info)
+        if not self._flat_obs:
+            self._obs = concatenate(self.single_observation_space, obs_items, self._obs)
+        np.logical_or(terms, truncs, out=self._autoreset)
+        if self.copy:
+            return self._out_obs(), rewards.copy(), terms.copy(), truncs.copy(), infos
+        return self._obs, rewards, terms, truncs, infos
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call ``name(*args, **kwargs)`` on every sub-env (or read it if not callable)."""
+        results = []
+        for env in self.envs:
+            attr = env.get_wrapper_attr(name)
+            results.append(attr(*args, **kwargs) if callable(attr) else attr)
+        return tuple(results)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Read attribute ``name`` from every sub-env."""
+        return tuple(env.get_wrapper_attr(name) for env in self.envs)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` on every sub-env (one value, or one per sub-env)."""
+        if not isinstance(values, list | tuple):
+            values = [values] * self.num_envs
+        for env, value in zip(self.envs, values, strict=True):
+            env.set_wrapper_attr(name, value)
+
+    def render(self) -> tuple[Any, ...] | None:
+        """Render every sub-env."""
+        return tuple(env.render() for env in self.envs)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close every sub-env."""
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # closing must not hide the reason we are closing
+                logger.warning("closing a sub-environment failed", exc_info=True)

@@ -1,0 +1,77 @@
+"""Deterministic test envs: counting episodes of fixed length, and envs that fail on cue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+class CountingEnv(gym.Env):
+    """Obs = step count in the episode; reward 1 per step; ends after ``episode_len`` steps.
+
+    ``truncate=True`` ends by truncation instead of termination.
+    """
+
+    metadata: dict[str, Any] = {}
+
+    def __init__(self, config: dict | None = None):
+        config = dict(config or {})
+        self.episode_len = int(config.get("episode_len", 5))
+        self.truncate = bool(config.get("truncate", False))
+        self.reward = float(config.get("reward", 1.0))
+        self.observation_space = gym.spaces.Box(0.0, 1e6, shape=(1,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+        self.resets = 0
+        self.last_seed: int | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.last_seed = seed
+        self.t = 0
+        self.resets += 1
+        return np.array([0.0], np.float32), {"reset": True}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.episode_len
+        obs = np.array([float(self.t)], np.float32)
+        return obs, self.reward, done and not self.truncate, done and self.truncate, {}
+
+
+class FailingEnv(CountingEnv):
+    """A CountingEnv whose ``step`` raises on its ``fail_at_step``-th call overall.
+
+    With ``fail_once=True`` (default) only the first incarnation fails: the
+    recreated env (a new instance) reads a class-level flag and behaves.
+    """
+
+    failures = 0
+
+    def __init__(self, config: dict | None = None):
+        super().__init__(config)
+        config = dict(config or {})
+        self.fail_at_step = int(config.get("fail_at_step", 3))
+        self.fail_once = bool(config.get("fail_once", True))
+        self.error_cls = config.get("error_cls", ValueError)
+        self.steps_total = 0
+
+    def step(self, action):
+        self.steps_total += 1
+        if self.steps_total == self.fail_at_step and not (
+            self.fail_once and FailingEnv.failures > 0
+        ):
+            FailingEnv.failures += 1
+            raise self.error_cls(f"simulated failure at step {self.steps_total}")
+        return super().step(action)
+
+
+class BadObsEnv(CountingEnv):
+    """Returns an observation outside its observation space."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.array([-5.0], np.float32), {}
