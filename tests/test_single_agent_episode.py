@@ -790,3 +790,11 @@ def test_concat_empty_successor_keeps_dtypes():
     ep = _stepped(3).to_numpy()
     ep.concat_episode(ep.cut())
     assert ep.get_actions().dtype == np.int64 and ep.t == 3
+
+
+def test_from_columns_accepts_lists_of_items():
+    ep = SingleAgentEpisode.from_columns(
+        observations=[{"a": 0}, {"a": 1}], actions=[1], rewards=[0.5], infos=[{}, {"x": 1}]
+    )
+    assert ep.is_numpy and ep.get_observations()["a"].tolist() == [0, 1]
+    assert ep.get_actions().tolist() == [1] and ep.get_infos(-1) == {"x": 1}

@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from envrunners.env._single_agent_episode_ops import EpisodeOpsMixin
-from envrunners.env.utils._structs import leaf_len, map_structure
+from envrunners.env.utils._structs import batch, leaf_len, map_structure
 from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 from envrunners.utils.spaces import get_base_struct_from_space
 
@@ -270,6 +270,8 @@ class SingleAgentEpisode(EpisodeOpsMixin):
         raw = InfiniteLookbackBuffer._raw
 
         def column(data: Any, space: Any, struct: Any) -> InfiniteLookbackBuffer:
+            if isinstance(data, list):  # tolerated: a list of per-step items
+                data = batch(data)
             return raw(map_structure(conv, data), k, space, struct, True)
 
         ep = object.__new__(cls)
