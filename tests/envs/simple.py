@@ -45,8 +45,9 @@ class CountingEnv(gym.Env):
 class FailingEnv(CountingEnv):
     """A CountingEnv whose ``step`` raises on its ``fail_at_step``-th call overall.
 
-    With ``fail_once=True`` (default) only the first incarnation fails: the
-    recreated env (a new instance) reads a class-level flag and behaves.
+    With ``fail_once=True`` (default) only the first failure happens: later
+    instances read a class-level flag, or, across processes, ``flag_file`` (created
+    by the first failure) and behave.
     """
 
     failures = 0
@@ -57,14 +58,26 @@ class FailingEnv(CountingEnv):
         self.fail_at_step = int(config.get("fail_at_step", 3))
         self.fail_once = bool(config.get("fail_once", True))
         self.error_cls = config.get("error_cls", ValueError)
+        self.flag_file = config.get("flag_file")
         self.steps_total = 0
+
+    def _failed_before(self) -> bool:
+        if self.flag_file is not None:
+            import os
+
+            return os.path.exists(self.flag_file)
+        return FailingEnv.failures > 0
 
     def step(self, action):
         self.steps_total += 1
-        if self.steps_total == self.fail_at_step and not (
-            self.fail_once and FailingEnv.failures > 0
-        ):
+        if self.steps_total == self.fail_at_step and not (self.fail_once and self._failed_before()):
             FailingEnv.failures += 1
+            if self.flag_file is not None:
+                try:
+                    with open(self.flag_file, "x"):
+                        pass
+                except FileExistsError:
+                    return super().step(action)
             raise self.error_cls(f"simulated failure at step {self.steps_total}")
         return super().step(action)
 

@@ -82,17 +82,25 @@ class SingleAgentEnvRunner(EnvRunner):
                 f"the vector env has {self.num_envs} sub-envs, but config."
                 f"num_envs_per_env_runner={self.config.num_envs_per_env_runner}"
             )
-        self._build_connectors()
-        self._sampler = SingleAgentSampler(
-            self.env,
-            observation_space=self._env_to_module.observation_space,
-            action_space=self.env.single_action_space,
-            step_fn=self._step_env,
-            obs_fn=self._obs_to_module,
-            action_fn=self._actions_to_env,
-            reward_fn=runner_setup.reward_transform(self.config),
-            lookback=self.config.episode_lookback_horizon,
-        )
+        rebuilt = self._sampler is not None and self._sampler.env is not None
+        if rebuilt and self._spaces_unchanged():
+            # A recreated env (after a failure or a config change) keeps the connector
+            # state (e.g. filter statistics); the running sampler switches to it.
+            self._sampler.env = self.env
+            self._sampler.reward_fn = runner_setup.reward_transform(self.config)
+            self._sampler.lookback = self.config.episode_lookback_horizon
+        else:
+            self._build_connectors()
+            self._sampler = SingleAgentSampler(
+                self.env,
+                observation_space=self._env_to_module.observation_space,
+                action_space=self.env.single_action_space,
+                step_fn=self._step_env,
+                obs_fn=self._obs_to_module,
+                action_fn=self._actions_to_env,
+                reward_fn=runner_setup.reward_transform(self.config),
+                lookback=self.config.episode_lookback_horizon,
+            )
         self._needs_initial_reset = True
         runner_setup.fire(
             self,
@@ -102,6 +110,10 @@ class SingleAgentEnvRunner(EnvRunner):
             env=self.env.unwrapped,
             env_context=self._env_context,
         )
+
+    def _spaces_unchanged(self) -> bool:
+        old = self._env_to_module.input_observation_space, self._module_to_env.input_action_space
+        return old == (self.env.single_observation_space, self.env.single_action_space)
 
     def _build_connectors(self) -> None:
         obs_space, act_space = self._single_spaces()

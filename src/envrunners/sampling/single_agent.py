@@ -221,8 +221,8 @@ class SingleAgentSampler:
             env_actions = self.action_fn(actions)
             results = self.step_fn(env_actions)
             if isinstance(results, str) and results == STEP_FAILED:
-                # The whole vector env was recreated: every in-progress episode is lost.
-                result.num_env_failures += 1
+                # The whole vector env was recreated (the step_fn counted the failure):
+                # every in-progress episode is lost.
                 result.num_dropped_episodes += int((~self._pending).sum())
                 obs, infos = self._reset_after_failure()
                 self.start(obs, infos)
