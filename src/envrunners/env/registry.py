@@ -111,6 +111,9 @@ def resolve_env_creator(env: Any, env_context: Any) -> Callable[[], Any]:
             if ":" not in env:
                 raise _unknown_id_error(env)
         kwargs = dict(env_context)
+        # Runners check observations and actions themselves (first reset and step);
+        # gymnasium's passive checker would only add a wrapper call to every step.
+        kwargs.setdefault("disable_env_checker", True)
 
         def make() -> Any:
             try:

@@ -77,6 +77,9 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.restart_failed = restart_failed
         self._flat_obs = _is_flat_array_space(self.single_observation_space)
+        # Discrete actions go to the sub-envs as Python ints: envs that assert
+        # ``action_space.contains(a)`` check an int far faster than a numpy scalar.
+        self._int_actions = isinstance(self.single_action_space, gym.spaces.Discrete)
         self._obs = create_empty_array(self.single_observation_space, self.num_envs, fn=np.zeros)
         self._rewards = np.zeros(self.num_envs, dtype=np.float64)
         self._terminations = np.zeros(self.num_envs, dtype=np.bool_)
@@ -190,6 +193,8 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
         rewards, terms, truncs = self._rewards, self._terminations, self._truncations
         infos: list[dict] = []
         obs_items: list = []
+        if self._int_actions and isinstance(actions, np.ndarray):
+            actions = actions.tolist()
         for i, env in enumerate(self.envs):
             if self._autoreset[i]:
                 try:
