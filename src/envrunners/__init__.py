@@ -25,6 +25,35 @@ _EXPORTS: dict[str, str] = {
     "MultiAgentEnvError": "envrunners.errors",
     # constants
     "Columns": "envrunners.core.columns",
+    # config
+    "AlgorithmConfig": "envrunners.algorithms.algorithm_config",
+    "PPOConfig": "envrunners.algorithms.ppo",
+    "PolicySpec": "envrunners.policy.policy_spec",
+    "EnvContext": "envrunners.env.env_context",
+    # batches
+    "SampleBatch": "envrunners.policy.sample_batch",
+    "MultiAgentBatch": "envrunners.policy.sample_batch",
+    "concat_samples": "envrunners.policy.sample_batch",
+    "concat_samples_into_ma_batch": "envrunners.policy.sample_batch",
+    "convert_ma_batch_to_sample_batch": "envrunners.policy.sample_batch",
+    # episodes
+    "InfiniteLookbackBuffer": "envrunners.env.utils.infinite_lookback_buffer",
+    "SingleAgentEpisode": "envrunners.env.single_agent_episode",
+    # runners
+    "EnvRunner": "envrunners.env.env_runner",
+    "SingleAgentEnvRunner": "envrunners.env.single_agent_env_runner",
+    "StepFailedRecreateEnvError": "envrunners.env.env_errors",
+    "register_env": "envrunners.env.registry",
+    # filters and connectors
+    "Filter": "envrunners.utils.filter",
+    "NoFilter": "envrunners.utils.filter",
+    "MeanStdFilter": "envrunners.utils.filter",
+    "ConcurrentMeanStdFilter": "envrunners.utils.filter",
+    "RunningStat": "envrunners.utils.filter",
+    "get_filter": "envrunners.utils.filter",
+    "FilterManager": "envrunners.utils.filter_manager",
+    "ConnectorV2": "envrunners.connectors",
+    "ConnectorPipelineV2": "envrunners.connectors",
 }
 
 __all__ = sorted(_EXPORTS)
