@@ -1,0 +1,76 @@
+"""Vanilla policy gradient (REINFORCE): ``PGConfig`` and ``PGTorchPolicy``.
+
+Why: the simplest real learner for the old API stack. Each trajectory's
+advantages are its discounted returns (no critic, no bootstrap); the loss is
+``-mean(log pi(a|s) * return)``. It reads top to bottom: postprocess, loss, stats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core.columns import Columns
+from envrunners.evaluation.postprocessing import Postprocessing, compute_advantages
+from envrunners.policy.torch_policy import TorchPolicy
+
+__all__ = ["PGConfig", "PGTorchPolicy"]
+
+
+class PGConfig(AlgorithmConfig):
+    """Config of vanilla policy gradient: ``AlgorithmConfig`` with PG's defaults.
+
+    Defaults differing from ``AlgorithmConfig``: ``lr=4e-4``,
+    ``train_batch_size=200``, ``rollout_fragment_length="auto"``.
+    """
+
+    lr: float | list = 0.0004
+    train_batch_size: int = 200
+    rollout_fragment_length: int | str = "auto"
+
+
+class PGTorchPolicy(TorchPolicy):
+    """REINFORCE on the default (or configured) RLModule.
+
+    Config keys: ``gamma`` (discount of the returns), ``lr``, ``num_epochs`` and
+    ``minibatch_size`` (1 and the whole batch by default), ``grad_clip``.
+    """
+
+    compute_values_when_acting = False
+    loss_columns = (Columns.OBS, Columns.ACTIONS, Postprocessing.ADVANTAGES)
+
+    @classmethod
+    def get_default_config(cls) -> dict[str, Any]:
+        """``PGConfig().to_dict()``."""
+        return PGConfig().to_dict()
+
+    def postprocess_trajectory(
+        self,
+        sample_batch: Any,
+        other_agent_batches: dict | None = None,
+        episode: Any = None,
+    ) -> Any:
+        """Advantages = discounted returns of the trajectory (``last_r = 0``)."""
+        return compute_advantages(
+            sample_batch,
+            0.0,
+            gamma=float(self.config.get("gamma", 0.99)),
+            use_gae=False,
+            use_critic=False,
+        )
+
+    def loss(self, model: Any, dist_class: type, train_batch: Mapping[str, Any]) -> torch.Tensor:
+        """``-mean(log pi(actions | obs) * advantages)``."""
+        out = model(train_batch)
+        dist = dist_class.from_logits(out[Columns.ACTION_DIST_INPUTS])
+        logp = dist.logp(train_batch[Columns.ACTIONS])
+        loss = -torch.mean(logp * train_batch[Postprocessing.ADVANTAGES])
+        self._policy_loss = loss.detach()
+        return loss
+
+    def stats_fn(self, train_batch: Mapping[str, Any]) -> dict[str, Any]:
+        """``policy_loss`` of the last step."""
+        return {"policy_loss": self._policy_loss}
