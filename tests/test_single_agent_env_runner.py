@@ -332,3 +332,16 @@ class TestStateAndWeights:
         assert r.env is None
         with pytest.raises(ValueError, match="doesn't have an env"):
             r.sample()
+
+
+def test_random_then_module_actions_keep_extras_aligned():
+    r = make_runner(num_envs=2, env=CountingEnv, fragment=3)
+    r.config.env_config = {"episode_len": 100}
+    r.make_env()
+    r.sample(num_timesteps=4)
+    r.sample(num_timesteps=4, random_actions=True)
+    eps = r.sample(num_timesteps=4)
+    for e in eps:
+        assert len(e.get_extra_model_outputs("action_logp")) == len(e)
+    eps = r.sample(num_timesteps=4, random_actions=True)
+    assert all("action_logp" not in e.extra_model_outputs for e in eps)

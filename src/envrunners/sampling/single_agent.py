@@ -124,6 +124,7 @@ class SingleAgentSampler:
         self._obs: ColumnBuffer | None = None
         self._actions: ColumnBuffer | None = None
         self._extras: dict[str, ColumnBuffer] = {}
+        self._extras_written: set[str] = set()  # extra columns filled by this run()
         self._rewards: np.ndarray = np.zeros((0, self.num_envs), np.float32)
         self._terms: np.ndarray = np.zeros((0, self.num_envs), np.bool_)
         self._truncs: np.ndarray = np.zeros((0, self.num_envs), np.bool_)
@@ -178,6 +179,7 @@ class SingleAgentSampler:
             if buf is None:
                 buf = self._extras[key] = ColumnBuffer(value, capacity)
             buf.write(row, value)
+            self._extras_written.add(key)
 
     # -- the loop ------------------------------------------------------------------
     def run(
@@ -206,6 +208,7 @@ class SingleAgentSampler:
         self._capacity(est_rows)
         self._obs.write(0, self._cur_obs)
         self._infos[0] = self._cur_infos
+        self._extras_written = set()
         seg_start = np.zeros(n_envs, np.int64)
         ts = 0
         eps = 0
@@ -300,7 +303,11 @@ class SingleAgentSampler:
         obs = self._obs.env_slice(start, last_obs_row + 1, env)
         actions = self._actions.env_slice(start, last_obs_row, env)
         rewards = self._rewards[start:last_obs_row, env].copy()
-        extras = {k: b.env_slice(start, last_obs_row, env) for k, b in self._extras.items()}
+        extras = {
+            k: b.env_slice(start, last_obs_row, env)
+            for k, b in self._extras.items()
+            if k in self._extras_written
+        }
         extras["weights_seq_no"] = np.full(n, self.weights_seq_no, dtype=np.int64)
         infos = self._infos_for(env, start, last_obs_row + 1)
         lb = state.lookback if start == 0 else None
@@ -314,6 +321,9 @@ class SingleAgentSampler:
             for k in extras:
                 if k in lb["extras"]:
                     extras[k] = _concat(lb["extras"][k], extras[k])
+                else:  # e.g. the previous chunk was sampled with random actions
+                    pad = tree_map(lambda a: np.zeros((n_lb, *a.shape[1:]), a.dtype), extras[k])
+                    extras[k] = _concat(pad, extras[k])
         terminated = bool(finished and self._terms[last_obs_row - 1, env])
         truncated = bool(finished and not terminated and self._truncs[last_obs_row - 1, env])
         episode = SingleAgentEpisode.from_columns(

@@ -1,0 +1,473 @@
+"""The multi-agent sampling loop: per-module batched inference over all sub-envs.
+
+One iteration: for every module, the observations of all agents mapped to it,
+across all sub-envs, are stacked once (``np.stack``) and go through ONE forward
+pass; the actions are scattered back into per-sub-env action dicts; the vector
+env steps once; each sub-env's results are recorded in its ``MultiAgentEpisode``
+(which holds actions until the agent's next observation and sums the rewards in
+between), and the observations of agents that act next are grouped by module
+for the next iteration. Work per step is O(agents), never quadratic.
+
+Semantics follow RLlib's ``MultiAgentEnvRunner``: ``NEXT_STEP`` autoreset (the
+reset step is recorded with ``add_env_reset`` and not counted), finished
+episodes first, in-progress chunks ``cut()`` so the next call continues them,
+no replacement episode after the last one in episode mode (spec §20.1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from envrunners.env.multi_agent_episode import MultiAgentEpisode
+from envrunners.errors import MultiAgentEnvError, UnknownPolicyError, suggest
+
+__all__ = [
+    "STEP_FAILED",
+    "CheckedMappingFn",
+    "MultiAgentEpisodeStats",
+    "MultiAgentSampleResult",
+    "MultiAgentSampler",
+]
+
+#: Returned by a ``step_fn`` when the whole vector env failed and was recreated.
+STEP_FAILED = "env_step_failure"
+_ALL = "__all__"
+_NO_FLAGS: dict = {}
+
+#: ``act_fn(module_id, obs_batch, explore, t) -> {"actions": ..., extra outputs...}``
+ActFn = Callable[[str, Any, bool, int], dict[str, Any]]
+
+
+class CheckedMappingFn:
+    """``policy_mapping_fn`` wrapper that rejects module ids the runner does not have.
+
+    Why: a typo in the mapping fn otherwise surfaces as a KeyError deep in the
+    sampler; this names the agent, the returned id, the known ids and the fix.
+    Picklable (the episodes carry it through Ray's object store).
+    """
+
+    def __init__(self, fn: Callable[..., Any], module_ids: Any):
+        self.fn = fn
+        self.module_ids = frozenset(module_ids)
+
+    def __call__(self, agent_id: Any, episode: Any = None, **kwargs: Any) -> Any:
+        module_id = self.fn(agent_id, episode, **kwargs)
+        if module_id not in self.module_ids:
+            known = sorted(map(str, self.module_ids))
+            raise UnknownPolicyError(
+                f"policy_mapping_fn returned module id {module_id!r} for agent {agent_id!r}, "
+                f"but the known module (policy) ids are {known}.{suggest(module_id, known)} "
+                f"Fix: return one of {known} from policy_mapping_fn, or add {module_id!r} to "
+                "config.multi_agent(policies=...)."
+            )
+        return module_id
+
+
+@dataclass
+class MultiAgentEpisodeStats:
+    """Whole-episode numbers of one finished episode (all of its chunks together)."""
+
+    length: int
+    ret: float
+    duration_s: float
+    agent_steps: dict[str, int]
+    agent_returns: dict[str, float]
+    module_returns: dict[str, float]
+
+
+@dataclass
+class MultiAgentSampleResult:
+    """What one ``run()`` produced."""
+
+    done: list[MultiAgentEpisode] = field(default_factory=list)
+    ongoing: list[MultiAgentEpisode] = field(default_factory=list)
+    done_env_index: list[int] = field(default_factory=list)
+    ongoing_env_index: list[int] = field(default_factory=list)
+    env_steps: int = 0
+    agent_steps: int = 0
+    #: ``{(agent_id, module_id): observations received}`` (reset observations excluded).
+    agent_counts: dict[tuple[Any, Any], int] = field(default_factory=dict)
+    episode_stats: list[MultiAgentEpisodeStats] = field(default_factory=list)
+    num_env_failures: int = 0
+    num_dropped_episodes: int = 0
+
+    @property
+    def episodes(self) -> list[MultiAgentEpisode]:
+        """Finished episodes first, then ongoing chunks in sub-env order (RLlib's order)."""
+        return self.done + self.ongoing
+
+
+class _Totals:
+    """Running totals of the chunks of one episode already returned."""
+
+    __slots__ = ("length", "steps", "returns", "modules")
+
+    def __init__(self) -> None:
+        self.length = 0
+        self.steps: dict[Any, int] = {}
+        self.returns: dict[Any, float] = {}
+        self.modules: dict[Any, Any] = {}
+
+    def add(self, episode: MultiAgentEpisode) -> None:
+        self.length += len(episode)
+        for aid, sa in episode.agent_episodes.items():
+            n = len(sa)
+            if n:
+                self.steps[aid] = self.steps.get(aid, 0) + n
+                self.returns[aid] = self.returns.get(aid, 0.0) + float(sa.get_return())
+                self.modules[aid] = sa.module_id
+
+    def stats(self, duration_s: float) -> MultiAgentEpisodeStats:
+        module_returns: dict[str, float] = {}
+        for aid, ret in self.returns.items():
+            mid = str(self.modules[aid])
+            module_returns[mid] = module_returns.get(mid, 0.0) + ret
+        return MultiAgentEpisodeStats(
+            length=self.length,
+            ret=float(sum(self.returns.values())),
+            duration_s=duration_s,
+            agent_steps={str(a): n for a, n in self.steps.items()},
+            agent_returns={str(a): r for a, r in self.returns.items()},
+            module_returns=module_returns,
+        )
+
+
+def stack(items: list[Any]) -> Any:
+    """Stack per-agent observations into one batch (nested dict/tuple obs supported)."""
+    first = items[0]
+    if isinstance(first, np.ndarray):
+        return np.stack(items)
+    if isinstance(first, dict):
+        return {k: stack([x[k] for x in items]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(stack([x[j] for x in items]) for j in range(len(first)))
+    return np.asarray(items)
+
+
+def rows(batch: Any) -> list[Any]:
+    """Split a batch into per-row items (views for arrays): the inverse of ``stack``."""
+    if isinstance(batch, np.ndarray):
+        return list(batch)
+    if isinstance(batch, dict):
+        cols = {k: rows(v) for k, v in batch.items()}
+        n = len(next(iter(cols.values()))) if cols else 0
+        return [{k: c[j] for k, c in cols.items()} for j in range(n)]
+    if isinstance(batch, tuple):
+        cols_t = [rows(v) for v in batch]
+        return [tuple(c[j] for c in cols_t) for j in range(len(cols_t[0]))]
+    return list(np.asarray(batch))
+
+
+def prune_zero_len_agents(episode: MultiAgentEpisode) -> None:
+    """Drop agents without any step from a returned chunk (RLlib does the same)."""
+    empty = [aid for aid, sa in episode.agent_episodes.items() if len(sa) == 0]
+    for aid in empty:
+        del episode.agent_episodes[aid]
+        mapping = getattr(episode, "_env_t_to_agent_t", None)
+        if mapping is not None:
+            mapping.pop(aid, None)
+
+
+class MultiAgentSampler:
+    """Runs the multi-agent loop over one vector env; keeps episode state between calls.
+
+    Args:
+        num_envs: Sub-envs in the vector env.
+        new_episode: ``new_episode(env_index) -> MultiAgentEpisode`` (fires the callback).
+        reset_fn: ``reset_fn() -> (obs list, infos list)`` of the vector env.
+        step_fn: ``step_fn(actions list)`` -> the 5 lists, or ``STEP_FAILED``.
+        observation_spaces: Per-agent observation spaces (unknown agents are an error).
+        action_spaces: Per-agent action spaces (for random actions).
+        obs_fns: Per module, an env-to-module transform of the stacked observations.
+        action_fns: Per module, a module-to-env transform of the action batch.
+        lookback: ``episode_lookback_horizon`` for the continuation chunks.
+        fire: ``fire(event, episode, env_index, **extra)``; only called for ``events``.
+        events: The episode callback events somebody listens to.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_envs: int,
+        new_episode: Callable[[int], MultiAgentEpisode],
+        reset_fn: Callable[[], tuple[list, list]],
+        step_fn: Callable[[list], Any],
+        observation_spaces: dict,
+        action_spaces: dict,
+        obs_fns: dict[str, Callable[[Any], Any]] | None = None,
+        action_fns: dict[str, Callable[[Any], Any]] | None = None,
+        lookback: int = 1,
+        fire: Callable[..., None] | None = None,
+        events: frozenset[str] = frozenset(),
+    ):
+        self.num_envs = num_envs
+        self.new_episode = new_episode
+        self.reset_fn = reset_fn
+        self.step_fn = step_fn
+        self.observation_spaces = observation_spaces
+        self.action_spaces = action_spaces
+        self.obs_fns = obs_fns or {}
+        self.action_fns = action_fns or {}
+        self.lookback = max(0, int(lookback))
+        self.fire = fire
+        self.events = events if fire is not None else frozenset()
+        self.weights_seq_no = 0
+        self.episodes: list[MultiAgentEpisode] = []
+        self._pending: list[bool] = []
+        self._modmaps: list[dict] = []
+        self._start_times: list[float] = []
+        self._to_module: dict[str, tuple[Any, list[tuple[int, Any]]]] = {}
+        self._totals: dict[str, _Totals] = {}
+        self._prev_chunks: dict[str, list[MultiAgentEpisode]] = defaultdict(list)
+        self.started = False
+
+    # -- episodes -----------------------------------------------------------------
+    def start(self) -> int:
+        """Reset every sub-env and begin fresh episodes; returns the in-progress ones dropped."""
+        dropped = sum(1 for p, e in zip(self._pending, self.episodes) if not p and len(e) > 0)
+        self.started = False
+        self._totals.clear()
+        self._prev_chunks.clear()
+        n = self.num_envs
+        self._modmaps = [{} for _ in range(n)]
+        self._start_times = [time.time()] * n
+        self.episodes = [self.new_episode(i) for i in range(n)]
+        self._pending = [True] * n
+        obs, infos = self.reset_fn()
+        if self.obs_fns:
+            obs = self._transform_obs(obs)
+        self._ingest(obs, None, None, None, infos, None, None, MultiAgentSampleResult(), None)
+        self.started = True
+        return dropped
+
+    def _module_of(self, i: int, episode: MultiAgentEpisode, aid: Any) -> Any:
+        if aid not in self.observation_spaces:
+            raise MultiAgentEnvError(
+                f"sub-environment {i} returned an observation for agent {aid!r}, which has no "
+                f"entry in the env's observation_spaces (known agents: "
+                f"{list(self.observation_spaces)}). Add it to the env's `possible_agents`, "
+                "`observation_spaces` and `action_spaces`."
+            )
+        mid = episode.module_for(aid)
+        self._modmaps[i][aid] = mid
+        return mid
+
+    def _transform_obs(self, obs_l: list[dict]) -> list[dict]:
+        """Apply the per-module env-to-module transforms; the episodes store the result."""
+        groups: dict[Any, tuple[list, list]] = {}
+        for i, obs_i in enumerate(obs_l):
+            mm, ep = self._modmaps[i], self.episodes[i]
+            for aid, o in obs_i.items():
+                mid = mm.get(aid)
+                if mid is None:
+                    mid = self._module_of(i, ep, aid)
+                g = groups.get(mid)
+                if g is None:
+                    g = groups[mid] = ([], [])
+                g[0].append(o)
+                g[1].append((i, aid))
+        new: dict[tuple[int, Any], Any] = {}
+        for mid, (items, idx) in groups.items():
+            fn = self.obs_fns.get(mid)
+            batch = stack(items)
+            new.update(zip(idx, rows(fn(batch) if fn is not None else batch)))
+        return [{aid: new[(i, aid)] for aid in obs_i} for i, obs_i in enumerate(obs_l)]
+
+    # -- the loop -----------------------------------------------------------------
+    def run(
+        self,
+        *,
+        act_fn: ActFn | None,
+        explore: bool,
+        num_timesteps: int | None = None,
+        num_episodes: int | None = None,
+        count_agent_steps: bool = False,
+        t_offset: int = 0,
+    ) -> MultiAgentSampleResult:
+        """Sample ``num_timesteps`` (env or agent) steps or ``num_episodes`` whole episodes.
+
+        ``act_fn`` None means random actions from the agents' action spaces.
+        """
+        if not self.started:
+            raise RuntimeError("MultiAgentSampler.run() called before start()")
+        res = MultiAgentSampleResult()
+        n = self.num_envs
+        episode_mode = num_episodes is not None
+        target = int(num_episodes if episode_mode else num_timesteps or 0)
+        seq = self.weights_seq_no
+        env_ts = agent_ts = 0
+        action_fns = self.action_fns
+        while (
+            (len(res.done) < target)
+            if episode_mode
+            else ((agent_ts if count_agent_steps else env_ts) < target)
+        ):
+            actions: list[dict] = [{} for _ in range(n)]
+            extras: list[dict] = [{} for _ in range(n)]
+            env_actions = actions
+            if act_fn is None:
+                spaces = self.action_spaces
+                for _, idx in self._to_module.values():
+                    for i, aid in idx:
+                        actions[i][aid] = spaces[aid].sample()
+            else:
+                for mid, (batch, idx) in self._to_module.items():
+                    out = act_fn(mid, batch, explore, t_offset + env_ts)
+                    acts = out.pop("actions")
+                    a_rows = rows(acts)
+                    fn = action_fns.get(mid)
+                    if fn is not None:
+                        if env_actions is actions:
+                            env_actions = [{} for _ in range(n)]
+                        e_rows = rows(fn(acts))
+                        for k, (i, aid) in enumerate(idx):
+                            env_actions[i][aid] = e_rows[k]
+                    cols = [(key, rows(v)) for key, v in out.items()]
+                    for k, (i, aid) in enumerate(idx):
+                        actions[i][aid] = a_rows[k]
+                        ex = {key: col[k] for key, col in cols}
+                        ex["weights_seq_no"] = seq
+                        extras[i][aid] = ex
+                if env_actions is not actions:  # modules without a transform act as is
+                    for i in range(n):
+                        for aid, a in actions[i].items():
+                            env_actions[i].setdefault(aid, a)
+            results = self.step_fn(env_actions)
+            if isinstance(results, str) and results == STEP_FAILED:
+                res.num_env_failures += 1
+                res.num_dropped_episodes += self.start()
+                env_ts = agent_ts = 0
+                continue
+            obs_l, rew_l, term_l, trunc_l, info_l = results
+            if self.obs_fns:
+                obs_l = self._transform_obs(obs_l)
+            d_env, d_agent = self._ingest(
+                obs_l,
+                rew_l,
+                term_l,
+                trunc_l,
+                info_l,
+                actions,
+                extras,
+                res,
+                target if episode_mode else None,
+            )
+            env_ts += d_env
+            agent_ts += d_agent
+        res.env_steps, res.agent_steps = env_ts, agent_ts
+        if not episode_mode:
+            self._cut_ongoing(res)
+        return res
+
+    def _ingest(
+        self,
+        obs_l: list[dict],
+        rew_l: list[dict] | None,
+        term_l: list[dict] | None,
+        trunc_l: list[dict] | None,
+        info_l: list[dict],
+        actions: list[dict] | None,
+        extras: list[dict] | None,
+        res: MultiAgentSampleResult,
+        episode_target: int | None,
+    ) -> tuple[int, int]:
+        """Record one vector step (or reset) and group the next observations by module."""
+        groups: dict[Any, tuple[list, list]] = {}
+        counts = res.agent_counts
+        events = self.events
+        env_steps = agent_steps = 0
+        for i in range(self.num_envs):
+            obs_i = obs_l[i]
+            ep = self.episodes[i]
+            mm = self._modmaps[i]
+            stepped = not self._pending[i]
+            try:
+                if stepped:
+                    term_i, trunc_i = term_l[i], trunc_l[i]  # type: ignore[index]
+                    if _ALL not in term_i:
+                        raise MultiAgentEnvError(
+                            f"the env's terminateds dict has no '__all__' key (got keys "
+                            f"{list(term_i)}); a MultiAgentEnv must always report "
+                            "terminateds['__all__'] (True once the whole episode ended)."
+                        )
+                    ep.add_env_step(
+                        obs_i,
+                        actions[i],  # type: ignore[index]
+                        rew_l[i],  # type: ignore[index]
+                        info_l[i],
+                        terminateds=term_i,
+                        truncateds=trunc_i,
+                        extra_model_outputs=extras[i],  # type: ignore[index]
+                    )
+                    env_steps += 1
+                    agent_steps += len(obs_i)
+                    done = ep.is_done
+                else:
+                    term_i = trunc_i = _NO_FLAGS
+                    ep.add_env_reset(observations=obs_i, infos=info_l[i])
+                    self._pending[i] = False
+                    self._start_times[i] = time.time()
+                    done = False
+            except MultiAgentEnvError as err:
+                raise MultiAgentEnvError(f"sub-environment {i}: {err}") from err
+            for aid, o in obs_i.items():
+                mid = mm.get(aid)
+                if mid is None:
+                    mid = self._module_of(i, ep, aid)
+                if stepped:
+                    key = (aid, mid)
+                    counts[key] = counts.get(key, 0) + 1
+                    if done or term_i.get(aid) or trunc_i.get(aid):
+                        continue
+                g = groups.get(mid)
+                if g is None:
+                    g = groups[mid] = ([], [])
+                g[0].append(o)
+                g[1].append((i, aid))
+            if events:
+                event = "on_episode_step" if stepped else "on_episode_start"
+                if event in events:
+                    self.fire(event, ep, i)
+            if done:
+                self._finish(i, ep, res)
+                if episode_target is not None and len(res.done) >= episode_target:
+                    break  # §20.1: no replacement episode after the last one
+                self.episodes[i] = self.new_episode(i)
+                self._pending[i] = True
+                self._modmaps[i] = {}
+        self._to_module = {mid: (stack(items), idx) for mid, (items, idx) in groups.items()}
+        return env_steps, agent_steps
+
+    def _finish(self, i: int, episode: MultiAgentEpisode, res: MultiAgentSampleResult) -> None:
+        totals = self._totals.pop(episode.id_, None) or _Totals()
+        totals.add(episode)
+        res.episode_stats.append(totals.stats(time.time() - self._start_times[i]))
+        prev = self._prev_chunks.pop(episode.id_, [])
+        if "on_episode_end" in self.events:
+            self.fire("on_episode_end", episode, i, prev_episode_chunks=prev)
+        prune_zero_len_agents(episode)
+        res.done.append(episode)
+        res.done_env_index.append(i)
+
+    def _cut_ongoing(self, res: MultiAgentSampleResult) -> None:
+        keep_prev = "on_episode_end" in self.events
+        for i, episode in enumerate(self.episodes):
+            if self._pending[i] or len(episode) == 0:
+                continue
+            successor = episode.cut(len_lookback_buffer=self.lookback)
+            totals = self._totals.get(episode.id_)
+            if totals is None:
+                totals = self._totals[episode.id_] = _Totals()
+            totals.add(episode)
+            if keep_prev:
+                self._prev_chunks[episode.id_].append(episode)
+            prune_zero_len_agents(episode)
+            res.ongoing.append(episode)
+            res.ongoing_env_index.append(i)
+            self.episodes[i] = successor
