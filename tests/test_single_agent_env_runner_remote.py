@@ -9,8 +9,9 @@ from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 
 
-@pytest.mark.parametrize("remote_worker_envs", [False, True])
-@pytest.mark.parametrize("env", ["CartPole-v1", CountingEnv])
+@pytest.mark.parametrize(
+    ("env", "remote_worker_envs"), [("CartPole-v1", False), (CountingEnv, True)]
+)
 def test_remote_runners_sample_fragments(ray_session, env, remote_worker_envs):
     ray = ray_session
     config = (
