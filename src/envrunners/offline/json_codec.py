@@ -177,8 +177,16 @@ def _encode_infos(value: Any, where: str, drop: bool, dropped: list | None) -> A
     return _plain.encode(_plain.object_array(list(rows)), "infos", drop, dropped)
 
 
-def episode_to_record(episode: Any) -> dict[str, Any]:
+def episode_to_record(
+    episode: Any, *, drop_non_json_values: bool = False, dropped: list[str] | None = None
+) -> dict[str, Any]:
     """Turn a ``SingleAgentEpisode``/``MultiAgentEpisode`` chunk into a record (its state).
+
+    Args:
+        episode: The episode chunk.
+        drop_non_json_values: Drop values that are not plain data (e.g. objects in
+            infos or custom data) instead of raising.
+        dropped: If given, the places of dropped values are appended to it.
 
     Raises:
         UnencodableValueError: if the episode holds a value that is not plain data.
@@ -187,7 +195,8 @@ def episode_to_record(episode: Any) -> dict[str, Any]:
     kind = type(episode).__name__
     if kind not in EPISODE_TYPES or not hasattr(episode, "get_state"):
         raise TypeError(f"expected a SingleAgentEpisode or MultiAgentEpisode, got {kind}")
-    return {"type": kind, "state": _plain.encode(episode.get_state(), f"{kind} state")}
+    state = _plain.encode(episode.get_state(), f"{kind} state", drop_non_json_values, dropped)
+    return {"type": kind, "state": state}
 
 
 # ------------------------------------------------------------------------ reading
