@@ -1,0 +1,504 @@
+"""RLModule, MultiRLModule, specs, the default MLP module and its numpy acting path."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import distributions as td
+
+from envrunners.core import DEFAULT_MODULE_ID
+from envrunners.core.columns import Columns
+from envrunners.core.distributions import TorchCategorical
+from envrunners.core.rl_module.default_model_config import DefaultModelConfig
+from envrunners.core.rl_module.default_torch_rl_module import (
+    DefaultTorchRLModule,
+    compute_actions_numpy,
+    default_rl_module_spec,
+)
+from envrunners.core.rl_module.multi_rl_module import MultiRLModule, MultiRLModuleSpec
+from envrunners.core.rl_module.rl_module import RLModule, RLModuleSpec
+from envrunners.errors import ConfigError, UnknownPolicyError
+from envrunners.utils.torch_utils import convert_to_torch_tensor, set_torch_threads
+
+BOX4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+OBS_SPACES = {
+    "box": BOX4,
+    "box2d": gym.spaces.Box(0.0, 1.0, (2, 3), np.float32),
+    "discrete": gym.spaces.Discrete(5),
+    "multi_discrete": gym.spaces.MultiDiscrete([3, 4]),
+    "multi_binary": gym.spaces.MultiBinary(3),
+}
+ACT_SPACES = {
+    "discrete": (gym.spaces.Discrete(3), (), np.int64, 3),
+    "multi_discrete": (gym.spaces.MultiDiscrete([2, 3]), (2,), np.int64, 5),
+    "box": (gym.spaces.Box(-2.0, 2.0, (2,), np.float32), (2,), np.float32, 4),
+}
+SMALL = {"fcnet_hiddens": [16, 16]}
+
+
+def _module(obs="box", act="discrete", **kwargs) -> DefaultTorchRLModule:
+    torch.manual_seed(0)
+    kwargs.setdefault("model_config", SMALL)
+    return DefaultTorchRLModule(
+        observation_space=OBS_SPACES[obs], action_space=ACT_SPACES[act][0], **kwargs
+    )
+
+
+def _obs(obs: str, batch: int) -> np.ndarray:
+    space = OBS_SPACES[obs]
+    space.seed(0)
+    return np.stack([space.sample() for _ in range(batch)])
+
+
+# ---------------------------------------------------------------------------- default module
+@pytest.mark.parametrize("obs", sorted(OBS_SPACES))
+@pytest.mark.parametrize("act", sorted(ACT_SPACES))
+@pytest.mark.parametrize("explore", [True, False])
+def test_fast_path_shapes_dtypes_and_consistency(obs, act, explore):
+    module = _module(obs, act)
+    _, act_shape, act_dtype, dist_dim = ACT_SPACES[act]
+    batch = _obs(obs, 5)
+    out = module.compute_actions_numpy(batch, explore=explore, with_values=True)
+    assert out[Columns.ACTIONS].shape == (5, *act_shape)
+    assert out[Columns.ACTIONS].dtype == act_dtype
+    assert out[Columns.ACTION_LOGP].shape == (5,) and out[Columns.ACTION_LOGP].dtype == np.float32
+    assert out[Columns.ACTION_DIST_INPUTS].shape == (5, dist_dim)
+    assert out[Columns.ACTION_DIST_INPUTS].dtype == np.float32
+    assert out[Columns.VF_PREDS].shape == (5,) and out[Columns.VF_PREDS].dtype == np.float32
+    assert all(ACT_SPACES[act][0].contains(a) for a in out[Columns.ACTIONS]) or act == "box"
+
+    # The fast path computes what the torch path computes.
+    with torch.no_grad():
+        ref = module.forward_train({Columns.OBS: torch.from_numpy(batch)})
+    np.testing.assert_allclose(
+        out[Columns.ACTION_DIST_INPUTS], ref[Columns.ACTION_DIST_INPUTS].numpy(), atol=1e-5
+    )
+    np.testing.assert_allclose(out[Columns.VF_PREDS], ref[Columns.VF_PREDS].numpy(), atol=1e-5)
+    dist = module.get_train_action_dist_cls().from_logits(ref[Columns.ACTION_DIST_INPUTS])
+    if explore:
+        expected_logp = dist.logp(torch.from_numpy(out[Columns.ACTIONS])).numpy()
+        np.testing.assert_allclose(out[Columns.ACTION_LOGP], expected_logp, atol=1e-4)
+    else:
+        greedy = dist.to_deterministic().sample().numpy().reshape(out[Columns.ACTIONS].shape)
+        np.testing.assert_allclose(out[Columns.ACTIONS], greedy, atol=1e-6)
+        np.testing.assert_array_equal(out[Columns.ACTION_LOGP], np.zeros(5, np.float32))
+
+
+def test_forward_methods_and_value_head_shapes():
+    module = _module()
+    batch = {Columns.OBS: torch.from_numpy(_obs("box", 7))}
+    for method in (module.forward_inference, module.forward_exploration):
+        assert method(batch)[Columns.ACTION_DIST_INPUTS].shape == (7, 3)
+    train = module.forward_train(batch)
+    assert set(train) == {Columns.ACTION_DIST_INPUTS, Columns.VF_PREDS}
+    assert train[Columns.VF_PREDS].shape == (7,)
+    assert module.compute_values(batch).shape == (7,)
+    assert module(batch)[Columns.VF_PREDS].shape == (7,)  # nn.Module call = forward_train
+
+
+def test_gumbel_max_fast_path_frequencies_match_softmax():
+    module = _module(act="discrete")
+    last = module.pi.layers[-1]
+    with torch.no_grad():  # make the policy ignore the observation
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([0.5, -1.0, 1.5]))
+    torch.manual_seed(42)
+    out = module.compute_actions_numpy(np.zeros((30_000, 4), np.float32), explore=True)
+    counts = np.bincount(out[Columns.ACTIONS], minlength=3)
+    probs = torch.softmax(torch.tensor([0.5, -1.0, 1.5]), -1).numpy()
+    chi2 = float(((counts - probs * counts.sum()) ** 2 / (probs * counts.sum())).sum())
+    assert chi2 < 13.8  # 2 degrees of freedom, p ~ 0.001
+    np.testing.assert_allclose(out[Columns.ACTION_LOGP], np.log(probs)[out[Columns.ACTIONS]], 1e-5)
+
+
+def test_gaussian_fast_path_matches_density_and_moments():
+    module = _module(act="box", model_config={**SMALL, "free_log_std": True})
+    with torch.no_grad():
+        module.pi.layers[-1].weight.zero_()
+        module.pi.layers[-1].bias.copy_(torch.tensor([1.0, -1.0]))
+        module.log_std.copy_(torch.tensor([np.log(0.5), 0.0]))
+    torch.manual_seed(0)
+    out = module.compute_actions_numpy(np.zeros((20_000, 4), np.float32), explore=True)
+    actions = out[Columns.ACTIONS]
+    np.testing.assert_allclose(actions.mean(0), [1.0, -1.0], atol=0.03)
+    np.testing.assert_allclose(actions.std(0), [0.5, 1.0], rtol=0.03)
+    ref = td.Independent(td.Normal(torch.tensor([1.0, -1.0]), torch.tensor([0.5, 1.0])), 1)
+    np.testing.assert_allclose(
+        out[Columns.ACTION_LOGP], ref.log_prob(torch.from_numpy(actions)).numpy(), atol=1e-4
+    )
+    greedy = module.compute_actions_numpy(np.zeros((3, 4), np.float32), explore=False)
+    np.testing.assert_allclose(greedy[Columns.ACTIONS], [[1.0, -1.0]] * 3)
+
+
+def test_fast_path_is_reproducible_with_seed_and_generator():
+    module, batch = _module(), _obs("box", 64)
+    torch.manual_seed(5)
+    first = module.compute_actions_numpy(batch, explore=True)[Columns.ACTIONS]
+    torch.manual_seed(5)
+    np.testing.assert_array_equal(
+        first, module.compute_actions_numpy(batch, explore=True)[Columns.ACTIONS]
+    )
+    runs = [
+        module.compute_actions_numpy(
+            batch, explore=True, generator=torch.Generator().manual_seed(9)
+        )[Columns.ACTIONS]
+        for _ in range(2)
+    ]
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_fast_path_runs_under_inference_mode(monkeypatch):
+    module, seen = _module(), []
+    real_linear = torch.nn.functional.linear
+
+    def spy(*args, **kwargs):
+        seen.append(torch.is_inference_mode_enabled())
+        return real_linear(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", spy)
+    out = module.compute_actions_numpy(_obs("box", 4), explore=True)
+    assert seen and all(seen)
+    assert all(isinstance(v, np.ndarray) for v in out.values())
+    assert all(p.grad is None for p in module.parameters())
+
+
+def test_fast_path_outputs_are_fresh_arrays():
+    module, batch = _module(), _obs("box", 4)
+    first = module.compute_actions_numpy(batch, explore=True)
+    kept = {k: v.copy() for k, v in first.items()}
+    module.compute_actions_numpy(batch * 0.5, explore=True)
+    for key, value in kept.items():
+        np.testing.assert_array_equal(first[key], value)
+
+
+def test_fast_path_accepts_float64_readonly_and_sees_weight_updates():
+    module = _module()
+    batch = _obs("box", 3).astype(np.float64)
+    batch.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        before = module.compute_actions_numpy(batch, explore=False)[Columns.ACTION_DIST_INPUTS]
+    other = _module()
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(1.0)
+    module.set_state(other.get_state())
+    after = module.compute_actions_numpy(batch, explore=False)[Columns.ACTION_DIST_INPUTS]
+    assert not np.allclose(before, after)
+    module.to("cpu")  # re-collects parameter references
+    again = module.compute_actions_numpy(batch, explore=False)[Columns.ACTION_DIST_INPUTS]
+    np.testing.assert_array_equal(after, again)
+
+
+def test_inference_only_module_has_no_value_branch():
+    module = _module(inference_only=True)
+    assert not any(k.startswith(("vf.", "vf_encoder.")) for k in module.get_state())
+    with pytest.raises(RuntimeError, match="inference_only=True"):
+        module.compute_actions_numpy(_obs("box", 2), explore=True, with_values=True)
+    with pytest.raises(RuntimeError, match="inference_only=True"):
+        module.forward_train({Columns.OBS: torch.zeros(2, 4)})
+
+
+def test_model_config_options():
+    shared = _module(model_config={**SMALL, "vf_share_layers": True})
+    assert not hasattr(shared, "vf_encoder")
+    assert shared.compute_values({Columns.OBS: torch.zeros(2, 4)}).shape == (2,)
+    relu = _module(model_config=DefaultModelConfig(fcnet_hiddens=[8], fcnet_activation="relu"))
+    assert relu.encoder.layers[0].out_features == 8
+    out = relu.compute_actions_numpy(_obs("box", 2), explore=True)
+    with torch.no_grad():
+        ref = relu.forward_inference({Columns.OBS: torch.from_numpy(_obs("box", 2))})
+    np.testing.assert_allclose(out[Columns.ACTION_DIST_INPUTS], ref[Columns.ACTION_DIST_INPUTS])
+    default = DefaultTorchRLModule(observation_space=BOX4, action_space=gym.spaces.Discrete(2))
+    assert [layer.out_features for layer in default.encoder.layers] == [256, 256]
+    with pytest.raises(ConfigError, match="fcnet_activation"):
+        _module(model_config={"fcnet_activation": "gelu"})
+    with pytest.raises(ConfigError, match="use_lstm"):
+        _module(model_config={"use_lstm": True})
+
+
+# ---------------------------------------------------------------------------- state
+def test_state_round_trip_is_plain_numpy():
+    source, target = _module(), _module()
+    with torch.no_grad():
+        for p in source.parameters():
+            p.mul_(2.0)
+    state = source.get_state()
+    assert state and all(type(v) is np.ndarray for v in state.values())
+    target.set_state(state)
+    batch = {Columns.OBS: torch.from_numpy(_obs("box", 3))}
+    with torch.no_grad():
+        torch.testing.assert_close(target.forward_train(batch), source.forward_train(batch))
+    # Snapshots: training the source later does not change the dict already taken.
+    snapshot = {k: v.copy() for k, v in state.items()}
+    with torch.no_grad():
+        next(source.parameters()).add_(1.0)
+    for key in snapshot:
+        np.testing.assert_array_equal(state[key], snapshot[key])
+
+
+def test_set_state_accepts_tensors_and_readonly_arrays():
+    source, target = _module(), _module()
+    target.set_state({k: torch.from_numpy(v) for k, v in source.get_state().items()})
+    readonly = source.get_state()
+    for value in readonly.values():
+        value.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        target.set_state(readonly)
+
+
+def test_set_state_errors_name_the_problem():
+    module = _module()
+    with pytest.raises(ValueError, match="lacks"):
+        module.set_state({"nope": np.zeros(1)})
+    state = module.get_state()
+    key = next(iter(state))
+    before = module.get_state()
+    state = {k: v + 1.0 for k, v in state.items()}
+    state[key] = np.zeros((1, 1), np.float32)
+    with pytest.raises(ValueError, match=f"{key!r} has shape"):
+        module.set_state(state)
+    for name, value in module.get_state().items():  # a rejected state changes nothing
+        np.testing.assert_array_equal(value, before[name])
+
+
+def test_full_state_loads_into_inference_only_module():
+    full, runner = _module(), _module(inference_only=True)
+    with torch.no_grad():
+        for p in full.parameters():
+            p.add_(0.5)
+    slim = full.get_state(inference_only=True)
+    assert set(slim) == set(runner.get_state())
+    runner.set_state(full.get_state())  # extra value-branch entries are ignored
+    batch = _obs("box", 4)
+    np.testing.assert_allclose(
+        runner.compute_actions_numpy(batch, explore=False)[Columns.ACTION_DIST_INPUTS],
+        full.compute_actions_numpy(batch, explore=False)[Columns.ACTION_DIST_INPUTS],
+    )
+
+
+def test_save_and_load_state_path(tmp_path):
+    module = _module()
+    path = module.save_to_path(tmp_path / "ckpt")
+    spec = RLModuleSpec(
+        DefaultTorchRLModule, BOX4, ACT_SPACES["discrete"][0], model_config=SMALL,
+        load_state_path=path,
+    )  # fmt: skip
+    torch.manual_seed(99)
+    loaded = spec.build()
+    for key, value in module.get_state().items():
+        np.testing.assert_array_equal(loaded.get_state()[key], value)
+
+
+# ---------------------------------------------------------------------------- specs
+def test_spec_build_update_and_serialization():
+    spec = default_rl_module_spec(BOX4, gym.spaces.Discrete(2), model_config=SMALL)
+    module = spec.build()
+    assert isinstance(module, DefaultTorchRLModule) and not module.inference_only
+    assert module.model_config == SMALL
+
+    spec.update(RLModuleSpec(inference_only=True, model_config={"vf_share_layers": True}))
+    assert spec.inference_only and spec.module_class is DefaultTorchRLModule
+    assert spec.model_config == {**SMALL, "vf_share_layers": True}
+    keep = RLModuleSpec(module_class=RLModule)
+    keep.update(spec, override=False)
+    assert keep.module_class is RLModule and keep.observation_space == BOX4
+
+    data = json.loads(json.dumps(spec.to_serializable_dict()))
+    restored = RLModuleSpec.from_dict(data)
+    assert restored == spec
+    assert restored.build().inference_only
+
+    with pytest.raises(ConfigError, match="module_class, observation_space"):
+        RLModuleSpec().build()
+    with pytest.raises(ConfigError, match="another RLModuleSpec"):
+        spec.update({"inference_only": True})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("obs_space", "act_space", "match"),
+    [
+        (gym.spaces.Dict({"a": BOX4}), gym.spaces.Discrete(2), r"cannot read observation space Dict"),
+        (BOX4, gym.spaces.Tuple([gym.spaces.Discrete(2)]), r"cannot act in action space Tuple"),
+        (BOX4, gym.spaces.Discrete(3, start=1), r"cannot act in action space Discrete\(3, start=1\)"),
+        (BOX4, gym.spaces.Box(-1, 1, (2, 2)), r"Box must be 1-D"),
+    ],
+)  # fmt: skip
+def test_unsupported_spaces_raise_config_error(obs_space, act_space, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        default_rl_module_spec(obs_space, act_space)
+    assert "RLModuleSpec(module_class=MyModule)" in str(info.value)
+    assert "Supported by the default module" in str(info.value)
+
+
+# ---------------------------------------------------------------------------- generic path
+class TinyModule(RLModule):
+    """A user module: a single linear layer producing categorical logits."""
+
+    def setup(self):
+        self.net = torch.nn.Linear(4, 2)
+        self.action_dist_cls = TorchCategorical
+        self.seen_kwargs = {}
+
+    def _forward(self, batch, **kwargs):
+        self.seen_kwargs = kwargs
+        return {Columns.ACTION_DIST_INPUTS: self.net(batch[Columns.OBS])}
+
+
+class SelfSamplingModule(RLModule):
+    def _forward(self, batch, **kwargs):
+        n = batch[Columns.OBS].shape[0]
+        return {Columns.ACTIONS: torch.ones(n, dtype=torch.int64), "extra": torch.zeros(n)}
+
+
+def test_generic_compute_actions_for_custom_modules():
+    module = TinyModule(observation_space=BOX4, action_space=gym.spaces.Discrete(2))
+    batch = _obs("box", 6).astype(np.float64)
+    out = compute_actions_numpy(module, batch, True, t=12)
+    assert module.seen_kwargs == {"t": 12}
+    assert out[Columns.ACTIONS].shape == (6,) and out[Columns.ACTIONS].dtype == np.int64
+    logits = torch.from_numpy(out[Columns.ACTION_DIST_INPUTS])
+    expected = TorchCategorical.from_logits(logits).logp(torch.from_numpy(out[Columns.ACTIONS]))
+    np.testing.assert_allclose(out[Columns.ACTION_LOGP], expected.numpy(), atol=1e-6)
+    greedy = compute_actions_numpy(module, batch, False)
+    np.testing.assert_array_equal(greedy[Columns.ACTIONS], logits.argmax(-1).numpy())
+
+    custom = SelfSamplingModule(observation_space=BOX4, action_space=gym.spaces.Discrete(2))
+    out = compute_actions_numpy(custom, batch, True)
+    np.testing.assert_array_equal(out[Columns.ACTIONS], np.ones(6, np.int64))
+    assert "extra" in out and Columns.ACTION_LOGP not in out
+
+    default = _module()
+    np.testing.assert_array_equal(
+        compute_actions_numpy(default, _obs("box", 3), False)[Columns.ACTIONS],
+        default.compute_actions_numpy(_obs("box", 3), explore=False)[Columns.ACTIONS],
+    )
+
+
+def test_base_module_without_forward_or_dist_is_explicit():
+    bare = RLModule(observation_space=BOX4, action_space=gym.spaces.Discrete(2))
+    with pytest.raises(NotImplementedError, match="_forward"):
+        bare.forward_inference({Columns.OBS: torch.zeros(1, 4)})
+    assert bare.get_exploration_action_dist_cls() is TorchCategorical
+    multi = RLModule(observation_space=BOX4, action_space=gym.spaces.MultiDiscrete([2, 3]))
+    assert multi.get_train_action_dist_cls().from_logits(torch.zeros(1, 5)).sample().shape == (1, 2)
+    odd = RLModule(observation_space=BOX4, action_space=gym.spaces.Tuple([BOX4]))
+    with pytest.raises(NotImplementedError, match="action_dist_cls"):
+        odd.get_inference_action_dist_cls()
+
+
+# ---------------------------------------------------------------------------- multi module
+def test_multi_rl_module_container_api():
+    multi = MultiRLModule.from_modules({"p0": _module(), "p.1": _module(act="box")})
+    assert "p0" in multi and "p.1" in multi and len(multi) == 2
+    assert sorted(multi.keys()) == ["p.1", "p0"] and sorted(multi) == ["p.1", "p0"]
+    assert dict(multi.items())["p0"] is multi["p0"]
+    n_params = sum(p.numel() for p in multi.parameters())
+    assert n_params == sum(p.numel() for m in multi.values() for p in m.parameters())
+    with pytest.raises(UnknownPolicyError, match=r"Did you mean 'p\.1'"):
+        multi["p1"]  # noqa: B018
+    with pytest.raises(ValueError, match="already exists"):
+        multi.add_module("p0", _module())
+    replacement = _module()
+    multi.add_module("p0", replacement, override=True)
+    assert multi["p0"] is replacement
+    assert multi.foreach_module(lambda mid, m: mid, return_dict=True) == {"p0": "p0", "p.1": "p.1"}
+    multi.remove_module("p.1")
+    assert "p.1" not in multi and len(list(multi.parameters())) == len(
+        list(replacement.parameters())
+    )
+    with pytest.raises(UnknownPolicyError):
+        multi.remove_module("p.1")
+    multi.remove_module("p.1", raise_err_if_not_found=False)
+    assert isinstance(multi.observation_space, gym.spaces.Dict)
+
+
+def test_multi_rl_module_forward_dispatch_and_state():
+    multi = MultiRLModule.from_modules({"a": _module(), "b": _module(act="box")})
+    batch = {"a": {Columns.OBS: torch.zeros(2, 4)}, "b": {Columns.OBS: torch.zeros(3, 4)}}
+    out = multi.forward_exploration(batch)
+    assert out["a"][Columns.ACTION_DIST_INPUTS].shape == (2, 3)
+    assert out["b"][Columns.ACTION_DIST_INPUTS].shape == (3, 4)
+    assert set(multi.forward_train(batch)["a"]) == {Columns.ACTION_DIST_INPUTS, Columns.VF_PREDS}
+    with pytest.raises(UnknownPolicyError):
+        multi.forward_inference({"zzz": {Columns.OBS: torch.zeros(1, 4)}})
+
+    state = multi.get_state()
+    assert set(state) == {"a", "b"} and all(isinstance(v, np.ndarray) for v in state["a"].values())
+    assert set(multi.get_state(components="a")) == {"a"}
+    assert set(multi.get_state(components=["b/encoder"])) == {"b"}
+    assert set(multi.get_state(not_components="a")) == {"b"}
+
+    other = MultiRLModule.from_modules({"a": _module(), "b": _module(act="box")})
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(1.0)
+    multi.set_state({**other.get_state(components="a"), "unknown_policy": {}})
+    np.testing.assert_array_equal(multi["a"].get_state()["pi.layers.0.bias"],
+                                  other["a"].get_state()["pi.layers.0.bias"])  # fmt: skip
+    assert not np.array_equal(multi["b"].get_state()["pi.layers.0.bias"],
+                              other["b"].get_state()["pi.layers.0.bias"])  # fmt: skip
+    with pytest.raises(UnknownPolicyError, match="none of the state's keys"):
+        multi.set_state({"x": {}})
+
+
+def test_multi_rl_module_spec_build_and_serialization(tmp_path):
+    specs = {
+        "p0": default_rl_module_spec(BOX4, gym.spaces.Discrete(2), model_config=SMALL),
+        "p1": default_rl_module_spec(BOX4, gym.spaces.Discrete(3), model_config=SMALL),
+    }
+    spec = MultiRLModuleSpec(rl_module_specs=specs)
+    multi = spec.build()
+    assert isinstance(multi, MultiRLModule) and sorted(multi.keys()) == ["p0", "p1"]
+    assert isinstance(spec.build("p1"), DefaultTorchRLModule)
+    assert "p0" in spec and spec["p0"] is specs["p0"]
+    with pytest.raises(UnknownPolicyError):
+        spec["p2"]  # noqa: B018
+    spec.add_modules({"p2": specs["p0"]})
+    spec.remove_modules("p2")
+    assert "p2" not in spec
+
+    restored = MultiRLModuleSpec.from_dict(json.loads(json.dumps(spec.to_serializable_dict())))
+    assert sorted(restored.build().keys()) == ["p0", "p1"]
+
+    path = multi.save_to_path(tmp_path / "multi")
+    loaded = MultiRLModuleSpec(rl_module_specs=specs, load_state_path=path, modules_to_load={"p1"})
+    built = loaded.build()
+    np.testing.assert_array_equal(built["p1"].get_state()["vf.layers.0.weight"],
+                                  multi["p1"].get_state()["vf.layers.0.weight"])  # fmt: skip
+
+    single = specs["p0"].as_multi_rl_module_spec()
+    assert list(single.rl_module_specs) == [DEFAULT_MODULE_ID]
+    assert list(_module().as_multi_rl_module().keys()) == [DEFAULT_MODULE_ID]
+
+
+# ---------------------------------------------------------------------------- torch utils
+def test_set_torch_threads():
+    before = torch.get_num_threads()
+    try:
+        assert set_torch_threads(1) == before
+        assert torch.get_num_threads() == 1
+        assert set_torch_threads(None) == 1 and torch.get_num_threads() == 1
+        with pytest.raises(ConfigError, match="positive int"):
+            set_torch_threads(0)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_convert_to_torch_tensor_nested():
+    readonly = np.arange(3, dtype=np.int64)
+    readonly.flags.writeable = False
+    struct = {"a": np.ones((2, 2)), "b": [readonly, 1.5, None], "c": ("x", np.float32(2.0))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = convert_to_torch_tensor(struct)
+    assert out["a"].dtype == torch.float32 and out["a"].shape == (2, 2)
+    assert out["b"][0].dtype == torch.int64 and out["b"][1].dtype == torch.float32
+    assert out["b"][2] is None and out["c"][0] == "x"
+    assert convert_to_torch_tensor(torch.zeros(2, dtype=torch.float64)).dtype == torch.float32
