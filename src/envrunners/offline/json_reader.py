@@ -230,9 +230,11 @@ def postprocess_actions(
 
     ``clip_actions=True`` clips to the space bounds; ``normalize_actions=True`` with
     ``actions_in_input_normalized=False`` maps Box actions from their bounds to [-1, 1].
+    Without a worker there is no action space: actions are then returned as stored
+    (RLlib raises, which makes a plain ``AlgorithmConfig`` unusable for reading).
 
     Raises:
-        ValueError: if either is needed but the context has no worker/policy.
+        ValueError: if ``clip_actions`` is set but the context has no worker/policy.
     """
     config = ioctx.config
     clip = bool(_get(config, "clip_actions", False))
@@ -243,10 +245,12 @@ def postprocess_actions(
     if not (clip or normalize):
         return batch
     if policy_map is None:
+        if not clip:  # reading without a worker (e.g. for analysis): actions as stored
+            return batch
         raise ValueError(
-            "clip_actions/normalize_actions need the policy's action space, but this reader "
-            "has no worker with a policy_map; build it with IOContext(worker=...) or set "
-            "config.offline_data(actions_in_input_normalized=True) and clip_actions=False."
+            "clip_actions=True needs the policy's action space, but this reader has no "
+            "worker with a policy_map; build it with IOContext(worker=...) or set "
+            "clip_actions=False."
         )
     if isinstance(batch, MultiAgentBatch):
         pairs = [(policy_map[pid], b) for pid, b in batch.policy_batches.items()]
