@@ -150,3 +150,25 @@ def test_missing_dir_mentions_unfinished_files(tmp_path):
     (tmp_path / ".output-x_worker-0_0.json.tmp").write_text("{}\n")
     with pytest.raises(OfflineDataError, match="recover_partial_files"):
         JsonReader(str(tmp_path))
+
+
+def test_failed_write_is_rolled_back_before_publishing(tmp_path):
+    from envrunners.offline._rolling_file import RollingFileWriter
+
+    writer = RollingFileWriter(str(tmp_path), max_file_size=10**6)
+    writer.write_line(b'{"a": 1}')
+    handle = writer._file.handle
+    real_write = handle.write
+
+    def disk_full(data):
+        real_write(data[:5])
+        handle.flush()
+        raise OSError("No space left on device")
+
+    handle.write = disk_full
+    with pytest.raises(OSError, match="No space left"):
+        writer.write_line(b'{"b": 2222222}')
+    handle.write = real_write
+    writer.close()
+    (path,) = glob.glob(str(tmp_path / "*.json"))
+    assert open(path, "rb").read() == b'{"a": 1}\n'

@@ -137,8 +137,17 @@ class RollingFileWriter:
             self._file.close()
             self._open_next()
         handle = self._file.handle
-        handle.write(data + b"\n")
-        handle.flush()
+        start = handle.tell()
+        try:
+            handle.write(data + b"\n")
+            handle.flush()
+        except BaseException:  # e.g. disk full: never publish a file ending in half a record
+            try:
+                handle.seek(start)
+                handle.truncate()
+            except OSError:
+                pass  # the tail is trimmed by recover_partial_files / caught by readers
+            raise
         self.bytes_written += len(data) + 1
 
     def close(self) -> None:

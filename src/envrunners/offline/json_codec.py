@@ -23,6 +23,8 @@ Column values written by envrunners:
 - other object columns use ``{"__objects__": ...}`` as well.
 
 ``compress_columns`` therefore changes nothing in our files: all arrays are packed.
+As in RLlib, batch settings (``time_major``, ``zero_padded``, ``is_training``) are
+not stored; ``max_seq_len`` is recomputed from ``seq_lens``.
 Values read from RLlib files: lists become ``np.asarray(list)`` (dtype inferred by
 numpy, as in RLlib); a ``"dones"`` column is renamed ``"terminateds"``; RLlib's
 compressed columns (base64 of lz4 of a cloudpickle) are refused unless the caller
