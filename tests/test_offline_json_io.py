@@ -11,7 +11,7 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -174,9 +174,7 @@ def test_empty_batch_round_trips(tmp_path):
     assert back.count == 0 and back["obs"].shape == (0, 4)
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=40, deadline=None)
 @given(
     arr=hnp.arrays(
         dtype=st.one_of(
@@ -190,7 +188,7 @@ def test_empty_batch_round_trips(tmp_path):
         shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
     )
 )
-def test_property_any_array_round_trips_exactly(tmp_path_factory, arr):
+def test_property_any_array_round_trips_exactly(arr):
     from envrunners.offline.json_codec import batch_to_record, dumps, loads, record_to_object
 
     record = loads(dumps(batch_to_record(SampleBatch({"x": arr}))))
@@ -400,3 +398,17 @@ def test_malformed_records(tmp_path, line, match):
     path.write_text(line + "\n")
     with pytest.raises(OfflineDataError, match=match):
         JsonReader(str(path)).next()
+
+
+def test_subclasses_are_stored_as_their_base_type(tmp_path):
+    import collections
+    import enum
+
+    class Color(enum.IntEnum):
+        RED = 1
+
+    Point = collections.namedtuple("Point", "x y")
+    infos = [{"c": Color.RED, "od": collections.OrderedDict(a=1), "p": Point(1, 2)}]
+    (back,) = write_read(tmp_path, SampleBatch({"obs": np.zeros((1, 1)), "infos": infos}))
+    assert back["infos"][0] == {"c": 1, "od": {"a": 1}, "p": (1, 2)}
+    assert type(back["infos"][0]["c"]) is int and type(back["infos"][0]["od"]) is dict

@@ -16,6 +16,7 @@ dict whose key is a *tag*:
 ``{"__bytes__": b}``  bytes (base64)
 ====================  =====================================================
 
+Subclasses of bool/int/float/str/dict/list/tuple are stored as their base type.
 Everything else (classes, functions, sets, ...) is not plain data: :func:`encode`
 raises :class:`UnencodableValueError` naming where the value sits (e.g.
 ``infos[3]['obj']``), or drops it when asked (dict entries are removed, list
@@ -139,7 +140,8 @@ def _encode(value: Any, where: str, drop: bool, dropped: list[str] | None) -> An
         return {TAG_BYTES: base64.b64encode(bytes(value)).decode("ascii")}
     if type(value).__module__ == "torch" and hasattr(value, "detach"):
         return _pack(value.detach().cpu().numpy(), where)
-    for base in (bool, int, float, str):  # subclasses (IntEnum, ...) keep their plain value
+    # Subclasses (IntEnum, OrderedDict, namedtuple, ...) are stored as their base type.
+    for base in (bool, int, float, str, dict, list, tuple):
         if isinstance(value, base):
             return _encode(base(value), where, drop, dropped)
     if drop:
