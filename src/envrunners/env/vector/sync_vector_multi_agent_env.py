@@ -1,0 +1,125 @@
+"""``SyncVectorMultiAgentEnv``: several ``MultiAgentEnv`` copies stepped in this process.
+
+Why: the default vectorisation of the multi-agent runner; it costs nothing beyond
+the sub-envs' own steps, which is best for cheap envs (CartPole-like) where
+inter-process communication would cost more than the step.
+"""
+
+from __future__ import annotations
+
+import copy as copy_module
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from envrunners.env.vector.vector_multi_agent_env import (
+    VectorMultiAgentEnv,
+    autoreset_step,
+    single_spaces_of,
+)
+
+__all__ = ["SyncVectorMultiAgentEnv"]
+
+
+class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
+    """Steps ``len(env_fns)`` multi-agent envs one after the other.
+
+    Args:
+        env_fns: Zero-argument functions, each building one ``MultiAgentEnv``.
+        copy: Deep-copy the observations returned (guards against envs that
+            reuse their observation arrays). The runner passes False.
+        autoreset_mode: Only ``"next_step"`` is supported.
+
+    Raises:
+        ValueError: Another ``autoreset_mode``.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        copy: bool = True,
+        autoreset_mode: str = "next_step",
+    ):
+        mode = str(getattr(autoreset_mode, "value", autoreset_mode)).lower()
+        if mode not in ("next_step", "nextstep"):
+            raise ValueError(
+                f"SyncVectorMultiAgentEnv only supports autoreset_mode='next_step', got "
+                f"{autoreset_mode!r}."
+            )
+        self.env_fns = list(env_fns)
+        self.copy = copy
+        self.envs = [fn() for fn in self.env_fns]
+        self.num_envs = len(self.envs)
+        obs_spaces, act_spaces, agents = single_spaces_of(self.envs[0])
+        self._set_spaces(obs_spaces, act_spaces, agents)
+        self._autoreset = [False] * self.num_envs
+
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict | None = None
+    ) -> tuple[list[dict], list[dict]]:
+        """Reset every sub-env (``seed`` int: sub-env i gets ``seed + i``)."""
+        seeds = self._seeds(seed)
+        all_obs, all_infos = [], []
+        for env, s in zip(self.envs, seeds):
+            obs, infos = env.reset(seed=s, options=options)
+            all_obs.append(obs)
+            all_infos.append(infos)
+        self._autoreset = [False] * self.num_envs
+        if self.copy:
+            all_obs = copy_module.deepcopy(all_obs)
+        return all_obs, all_infos
+
+    def step(self, actions: Sequence[dict]) -> tuple[list, list, list, list, list]:
+        """Step each sub-env with its dict (a sub-env that just ended is reset instead)."""
+        agents = self.possible_agents
+        out_obs, out_rew, out_term, out_trunc, out_info = [], [], [], [], []
+        autoreset = self._autoreset
+        for i, env in enumerate(self.envs):
+            (obs, rew, term, trunc, info), autoreset[i] = autoreset_step(
+                env, agents, actions[i], autoreset[i]
+            )
+            out_obs.append(obs)
+            out_rew.append(rew)
+            out_term.append(term)
+            out_trunc.append(trunc)
+            out_info.append(info)
+        if self.copy:
+            out_obs = copy_module.deepcopy(out_obs)
+        return out_obs, out_rew, out_term, out_trunc, out_info
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+        """Call method ``name`` (or read attribute ``name``) on every sub-env."""
+        results = []
+        for env in self.envs:
+            target = getattr(env, name) if hasattr(env, name) else getattr(env.unwrapped, name)
+            results.append(target(*args, **kwargs) if callable(target) else target)
+        return tuple(results)
+
+    def get_attr(self, name: str) -> tuple:
+        """Attribute ``name`` of every sub-env."""
+        return tuple(getattr(env.unwrapped, name) for env in self.envs)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` on every sub-env (one value, or one per sub-env)."""
+        if not isinstance(values, list | tuple):
+            values = [values] * self.num_envs
+        for env, value in zip(self.envs, values):
+            setattr(env.unwrapped, name, value)
+
+    def render(self) -> tuple:
+        """Render every sub-env."""
+        return tuple(env.render() for env in self.envs)
+
+    @property
+    def np_random_seed(self) -> tuple:
+        """The ``np_random_seed`` of every sub-env."""
+        return tuple(getattr(env.unwrapped, "np_random_seed", None) for env in self.envs)
+
+    @property
+    def np_random(self) -> tuple:
+        """The ``np_random`` generator of every sub-env."""
+        return tuple(env.unwrapped.np_random for env in self.envs)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close every sub-env."""
+        for env in self.envs:
+            env.close()
