@@ -408,6 +408,13 @@ class MultiAgentSampler:
                     env_steps += 1
                     agent_steps += len(obs_i)
                     done = ep.is_done
+                    if done and not (term_i[_ALL] or trunc_i.get(_ALL)):
+                        raise MultiAgentEnvError(
+                            "every agent that appeared in this episode is done, so the episode "
+                            "is over, but the env did not set terminateds['__all__'] (or "
+                            "truncateds['__all__']); set it in the step where the last agent "
+                            "ends (agents cannot join after all others have finished)."
+                        )
                 else:
                     term_i = trunc_i = _NO_FLAGS
                     ep.add_env_reset(observations=obs_i, infos=info_l[i])

@@ -1,0 +1,214 @@
+"""Building blocks of ``MultiAgentEnvRunner``: its vector env, module spaces and modules.
+
+Why: kept apart from the runner so the runner module reads as RLlib's API on top
+of the sampler, and each piece fails with its own clear error.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import gymnasium as gym
+
+from envrunners.env import runner_setup
+from envrunners.env.env_context import EnvContext
+from envrunners.env.multi_agent_env import MultiAgentEnv
+from envrunners.env.registry import check_is_env, resolve_env_creator
+from envrunners.env.vector import (
+    AsyncVectorMultiAgentEnv,
+    SyncVectorMultiAgentEnv,
+    VectorMultiAgentEnv,
+)
+from envrunners.errors import ConfigError, EnvCreatorError, SpaceError
+
+__all__ = [
+    "as_multi_agent_env",
+    "build_modules",
+    "check_mapping_fn",
+    "check_reset_observations",
+    "make_vector_env",
+    "module_spaces",
+]
+
+logger = logging.getLogger("envrunners")
+
+
+def _mro_names(obj: Any) -> set[str]:
+    return {cls.__name__ for cls in type(getattr(obj, "unwrapped", obj)).__mro__}
+
+
+def as_multi_agent_env(env: Any, env_desc: Any) -> Any:
+    """Return ``env`` as a ``MultiAgentEnv``: PettingZoo envs get their adapter.
+
+    Raises:
+        EnvCreatorError: ``env`` is a single-agent env or not an env at all.
+    """
+    names = _mro_names(env)
+    if "AECEnv" in names and not isinstance(env, MultiAgentEnv):
+        from envrunners.env.wrappers.pettingzoo_env import PettingZooEnv
+
+        return PettingZooEnv(env)
+    if "ParallelEnv" in names and not isinstance(env, MultiAgentEnv):
+        from envrunners.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
+
+        return ParallelPettingZooEnv(env)
+    check_is_env(env, env_desc, multi_agent=True)
+    if "MultiAgentEnv" not in names:
+        raise EnvCreatorError(
+            f"The env created from {env_desc!r} is a single-agent env ({type(env).__name__}), "
+            "but MultiAgentEnvRunner needs a MultiAgentEnv (or a PettingZoo env). Wrap it "
+            "with envrunners.env.multi_agent_env.make_multi_agent(...), or use "
+            "SingleAgentEnvRunner with a single-policy config."
+        )
+    return env
+
+
+def _env_fn(env_desc: Any, ctx: EnvContext) -> Callable[[], Any]:
+    creator = resolve_env_creator(env_desc, ctx)
+
+    def build() -> Any:
+        return as_multi_agent_env(creator(), env_desc)
+
+    return build
+
+
+def make_vector_env(
+    config: Any, worker_index: int | None, num_workers: int | None
+) -> tuple[VectorMultiAgentEnv, EnvContext]:
+    """The runner's vector env: sync by default, worker processes for ``"async"``.
+
+    ``gym_env_vectorize_mode="async"`` or ``remote_worker_envs=True`` selects
+    ``AsyncVectorMultiAgentEnv``.
+
+    Raises:
+        ConfigError: ``gym_env_vectorize_mode="vector_entry_point"`` (not for multi-agent).
+    """
+    ctx = runner_setup.make_env_context(config, worker_index, num_workers)
+    n = int(config.num_envs_per_env_runner)
+    mode = str(getattr(config.gym_env_vectorize_mode, "value", config.gym_env_vectorize_mode))
+    mode = mode.lower()
+    if mode not in ("sync", "async"):
+        raise ConfigError(
+            f"gym_env_vectorize_mode={config.gym_env_vectorize_mode!r} is not supported for "
+            "multi-agent envs; use 'sync' (default) or 'async' (sub-envs in worker processes)."
+        )
+    fns = [_env_fn(config.env, ctx.copy_with_overrides(vector_index=i)) for i in range(n)]
+    if mode == "async" or config.remote_worker_envs:
+        return AsyncVectorMultiAgentEnv(fns), ctx
+    return SyncVectorMultiAgentEnv(fns, copy=False), ctx
+
+
+def check_mapping_fn(fn: Any) -> None:
+    """Raise ``ConfigError`` unless ``fn`` can be called as ``fn(agent_id, episode)``."""
+    if not callable(fn):
+        raise ConfigError(f"policy_mapping_fn must be callable, got {fn!r}")
+    try:
+        inspect.signature(fn).bind("agent", None)
+    except TypeError as err:
+        raise ConfigError(
+            f"policy_mapping_fn {fn!r} cannot be called as fn(agent_id, episode): {err}. "
+            "Define it as `def mapping(agent_id, episode, **kwargs): return module_id`."
+        ) from None
+    except ValueError:  # no signature (builtins): trust it
+        pass
+
+
+def _maps_to(fn: Callable[..., Any], agent_id: Any) -> Any:
+    try:
+        return fn(agent_id, None)
+    except Exception:  # noqa: BLE001 - fns that need a real episode
+        return None
+
+
+def module_spaces(
+    config: Any, agent_obs: dict, agent_act: dict, agents: list
+) -> dict[str, tuple[gym.Space, gym.Space]]:
+    """Env-side (obs, action) spaces per module id.
+
+    A ``PolicySpec``'s spaces win; otherwise the spaces of the first agent that
+    ``policy_mapping_fn(agent_id, None)`` maps to the module; otherwise, if every
+    agent has the same spaces, those.
+
+    Raises:
+        ConfigError: A module's spaces cannot be determined (names the module and the fix).
+    """
+    fn = config.policy_mapping_fn
+    mapped: dict[Any, Any] = {}
+    for aid in agents:
+        mid = _maps_to(fn, aid)
+        if mid is not None:
+            mapped.setdefault(mid, aid)
+    distinct_obs = {repr(s) for s in agent_obs.values()}
+    distinct_act = {repr(s) for s in agent_act.values()}
+    first = agents[0] if agents else None
+    out = {}
+    for mid, spec in config.policies.items():
+        obs = getattr(spec, "observation_space", None)
+        act = getattr(spec, "action_space", None)
+        aid = mapped.get(mid)
+        if aid is not None:
+            obs = obs if obs is not None else agent_obs.get(aid)
+            act = act if act is not None else agent_act.get(aid)
+        elif first is not None:
+            if obs is None and len(distinct_obs) == 1:
+                obs = agent_obs[first]
+            if act is None and len(distinct_act) == 1:
+                act = agent_act[first]
+        if obs is None or act is None:
+            raise ConfigError(
+                f"Cannot tell the spaces of module {mid!r}: policy_mapping_fn(agent_id, None) "
+                f"maps none of the env's agents {agents} to it and the agents' spaces differ. "
+                f"Give it explicit spaces: policies={{{mid!r}: PolicySpec(observation_space=..., "
+                "action_space=...)}."
+            )
+        out[mid] = (obs, act)
+    return out
+
+
+def build_modules(config: Any, spaces: dict[str, tuple[gym.Space, gym.Space]]) -> Any:
+    """A ``MultiRLModule`` with one inference module per module id in ``spaces``."""
+    from envrunners.core.rl_module.multi_rl_module import MultiRLModule, MultiRLModuleSpec
+    from envrunners.core.rl_module.rl_module import RLModuleSpec
+
+    spec = getattr(config, "rl_module_spec", None)
+    container = MultiRLModule
+    overrides = dict(getattr(config, "algorithm_config_overrides_per_module", None) or {})
+    modules = {}
+    for mid, mid_spaces in spaces.items():
+        sub = spec
+        if isinstance(spec, MultiRLModuleSpec):
+            container = spec.multi_rl_module_class
+            specs = spec.rl_module_specs
+            sub = specs.get(mid) if isinstance(specs, dict) else specs
+        elif spec is not None and not isinstance(spec, RLModuleSpec):
+            raise ConfigError(
+                "config.rl_module_spec must be an RLModuleSpec or a MultiRLModuleSpec, got "
+                f"{type(spec).__name__}."
+            )
+        policy = config.policies.get(mid)
+        extra = dict(overrides.get(mid, {}) or {})
+        extra.update(getattr(policy, "config", None) or {})
+        model_config = {**(config.model_config or {}), **(extra.get("model_config") or {})}
+        proxy = SimpleNamespace(rl_module_spec=sub, model_config=model_config)
+        modules[mid] = runner_setup.build_module(proxy, mid_spaces)
+    multi = container.from_modules(modules)
+    multi.eval()
+    return multi
+
+
+def check_reset_observations(env: VectorMultiAgentEnv, obs: list[dict]) -> None:
+    """Raise ``SpaceError`` if a reset observation lies outside its agent's space."""
+    spaces = env.single_observation_spaces
+    for i, obs_i in enumerate(obs):
+        for aid, o in obs_i.items():
+            space = spaces.get(aid)
+            if space is not None and not space.contains(o):
+                raise SpaceError(
+                    f"sub-environment {i} returned observation {o!r} for agent {aid!r}, which is "
+                    f"not in its observation space {space}. Fix the env (or its "
+                    "observation_spaces), or set config.environment(disable_env_checking=True)."
+                )

@@ -1,0 +1,378 @@
+"""``MultiAgentEnvRunner``: RLlib's new-stack multi-agent runner on the shared sampling core.
+
+It builds a vectorised ``MultiAgentEnv`` (sync, or async with sub-envs in worker
+processes) and a ``MultiRLModule`` with one module per policy id, and
+``sample()`` returns ``MultiAgentEpisode`` lists with RLlib's semantics: agents
+that act at different times, actions held until an agent's next observation,
+``count_steps_by`` env or agent steps, chunks that continue across calls. The
+loop itself (one forward per module per step) is
+``envrunners.sampling.multi_agent.MultiAgentSampler``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import gymnasium as gym
+
+from envrunners.connectors.connector_v2 import ConnectorPipelineV2
+from envrunners.core import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
+from envrunners.env import _multi_agent_setup as setup
+from envrunners.env import runner_setup
+from envrunners.env._multi_agent_runner_state import MultiAgentRunnerStateMixin
+from envrunners.env.env_runner import ENV_STEP_FAILURE, EnvRunner
+from envrunners.env.multi_agent_episode import MultiAgentEpisode
+from envrunners.errors import ConfigError
+from envrunners.sampling.multi_agent import (
+    STEP_FAILED,
+    CheckedMappingFn,
+    MultiAgentSampler,
+    MultiAgentSampleResult,
+)
+from envrunners.utils import metrics as M
+
+__all__ = ["MultiAgentEnvRunner"]
+
+_EPISODE_EVENTS = ("on_episode_created", "on_episode_start", "on_episode_step", "on_episode_end")
+
+
+class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, EnvRunner):
+    """Samples a (vectorised) multi-agent env with one module per policy id.
+
+    Args:
+        config: The ``AlgorithmConfig``; must be multi-agent
+            (``config.multi_agent(policies=..., policy_mapping_fn=...)``).
+        **kwargs: ``worker_index``, ``num_workers`` and ``spaces`` (used when this
+            runner has no env, e.g. the local runner of a group with remotes).
+
+    Raises:
+        ValueError: The config is not multi-agent.
+        ConfigError: ``policy_mapping_fn`` cannot be called as ``fn(agent_id, episode)``.
+    """
+
+    def __init__(self, config: Any = None, **kwargs: Any):
+        if config is None:
+            config = kwargs.pop("config", None)
+        if config is None or not config.is_multi_agent:
+            raise ValueError(
+                f"Cannot use this EnvRunner class ({type(self).__name__}), if your setup is "
+                "not multi-agent! Try adding multi-agent information to your AlgorithmConfig "
+                "via calling `config.multi_agent(policies=..., policy_mapping_fn=...)`, or use "
+                "SingleAgentEnvRunner."
+            )
+        super().__init__(config=config, **kwargs)
+        self.tune_trial_id = kwargs.get("tune_trial_id")
+        self.spaces: dict = kwargs.get("spaces") or {}
+        self._callbacks = runner_setup.make_callbacks(self.config)
+        setup.check_mapping_fn(self.config.policy_mapping_fn)
+        self._module_ids = list(self.config.policies)
+        self._mapping_fn = CheckedMappingFn(self.config.policy_mapping_fn, self._module_ids)
+        self.num_envs = 0
+        self._sampler: MultiAgentSampler | None = None
+        self._needs_initial_reset = True
+        self._weights_seq_no = 0
+        self._time_after_sampling: float | None = None
+        self._done_stats: list = []
+        self._explore = bool(self.config.explore)
+        self.module: Any = None
+        self._module_error: str | None = None
+        self._module_spaces: dict[str, tuple[gym.Space, gym.Space]] = {}
+        self._env_to_module: dict[str, ConnectorPipelineV2] = {}
+        self._module_to_env: dict[str, ConnectorPipelineV2] = {}
+        if runner_setup.should_create_env(self.config, self.worker_index):
+            self.make_env()
+        else:
+            self._module_spaces = {
+                mid: self.spaces[mid] for mid in self._module_ids if mid in self.spaces
+            }
+            self._build_connectors()
+        self.make_module()
+
+    # -- construction --------------------------------------------------------------
+    def make_env(self) -> None:
+        """(Re)create the vector env, its per-module connectors and the sampler."""
+        if self.env is not None:
+            runner_setup.close_quietly(self.env)
+            self.env = None
+        self.env, self._env_context = setup.make_vector_env(
+            self.config, self.worker_index, self.num_workers
+        )
+        self.num_envs = self.env.num_envs
+        if self.num_envs != self.config.num_envs_per_env_runner:
+            raise ConfigError(
+                f"the vector env has {self.num_envs} sub-envs, but config."
+                f"num_envs_per_env_runner={self.config.num_envs_per_env_runner}"
+            )
+        self._module_spaces = setup.module_spaces(
+            self.config,
+            self.env.single_observation_spaces,
+            self.env.single_action_spaces,
+            self.env.possible_agents,
+        )
+        self._build_connectors()
+        events = frozenset(e for e in _EPISODE_EVENTS if runner_setup.has_callbacks(self, e))
+        kwargs = {
+            "observation_spaces": self.env.single_observation_spaces,
+            "action_spaces": self.env.single_action_spaces,
+            "obs_fns": {m: self._e2m_fn(p) for m, p in self._env_to_module.items() if len(p)},
+            "action_fns": {m: self._m2e_fn(p) for m, p in self._module_to_env.items() if len(p)},
+            "lookback": self.config.episode_lookback_horizon,
+            "events": events,
+        }
+        if self._sampler is not None and self._sampler.num_envs == self.num_envs:
+            for key, value in kwargs.items():  # keep the sampler (a failed step recreates us)
+                setattr(self._sampler, key, value)
+        else:
+            self._sampler = MultiAgentSampler(
+                num_envs=self.num_envs,
+                new_episode=self._new_episode,
+                reset_fn=self._reset_vector_env,
+                step_fn=self._step_env,
+                fire=self._fire_episode,
+                **kwargs,
+            )
+        self._needs_initial_reset = True
+        runner_setup.fire(
+            self,
+            "on_environment_created",
+            env_runner=self,
+            metrics_logger=self.metrics,
+            env=self.env.unwrapped,
+            env_context=self._env_context,
+        )
+
+    def _build_connectors(self) -> None:
+        self._env_to_module, self._module_to_env = {}, {}
+        for mid, (obs_space, act_space) in self._module_spaces.items():
+            e2m, m2e = runner_setup.build_connectors(self.config, obs_space, act_space, self.env)
+            self._env_to_module[mid], self._module_to_env[mid] = e2m, m2e
+
+    def make_module(self) -> None:
+        """Build a ``MultiRLModule`` with one module per policy id (None if it cannot be built)."""
+        spaces = self.get_spaces()
+        missing = [mid for mid in self._module_ids if mid not in spaces]
+        self.module, self._module_error = None, None
+        if missing:
+            self._module_error = f"no spaces are known for module(s) {missing}"
+            return
+        try:
+            self.module = setup.build_modules(
+                self.config, {mid: spaces[mid] for mid in self._module_ids}
+            )
+        except (NotImplementedError, ConfigError) as err:
+            self._module_error = str(err)
+
+    # -- hooks used by the sampler -------------------------------------------------
+    def _e2m_fn(self, pipeline: ConnectorPipelineV2) -> Any:
+        return lambda obs: pipeline(batch={"obs": obs}, explore=self._explore)["obs"]
+
+    def _m2e_fn(self, pipeline: ConnectorPipelineV2) -> Any:
+        def to_env(actions: Any) -> Any:
+            batch = pipeline(batch={"actions": actions}, explore=self._explore)
+            return batch.get("actions_for_env", batch["actions"])
+
+        return to_env
+
+    def _new_episode(self, env_index: int) -> MultiAgentEpisode:
+        episode = MultiAgentEpisode(
+            observation_space=self.env.single_observation_spaces,
+            action_space=self.env.single_action_spaces,
+            agent_to_module_mapping_fn=self._mapping_fn,
+        )
+        if "on_episode_created" in self._sampler.events:
+            self._fire_episode("on_episode_created", episode, env_index)
+        return episode
+
+    def _fire_episode(self, event: str, episode: Any, env_index: int, **extra: Any) -> None:
+        runner_setup.fire(
+            self,
+            event,
+            episode=episode,
+            env_runner=self,
+            metrics_logger=self.metrics,
+            env=self.env.unwrapped,
+            rl_module=self.module,
+            env_index=env_index,
+            **extra,
+        )
+
+    def _reset_vector_env(self) -> tuple[list, list]:
+        obs, infos = self._try_env_reset(seed=self._seed if self._needs_initial_reset else None)
+        self._needs_initial_reset = False
+        if not self.config.disable_env_checking:
+            setup.check_reset_observations(self.env, obs)
+        return obs, infos
+
+    def _step_env(self, actions: list) -> Any:
+        results = self._try_env_step(actions)
+        return STEP_FAILED if results is ENV_STEP_FAILURE else results
+
+    def _act(self, module_id: str, obs: Any, explore: bool, t: int) -> dict:
+        start = time.perf_counter()
+        out = runner_setup.compute_actions(self._modules[module_id], obs, explore, t)
+        self._inference_time += time.perf_counter() - start
+        return out
+
+    # -- sampling ------------------------------------------------------------------
+    def sample(
+        self,
+        *,
+        num_timesteps: int | None = None,
+        num_episodes: int | None = None,
+        explore: bool | None = None,
+        random_actions: bool = False,
+        force_reset: bool = False,
+    ) -> list[MultiAgentEpisode]:
+        """Collect experience: RLlib's ``MultiAgentEnvRunner.sample`` semantics.
+
+        ``num_timesteps`` counts env steps or agent steps (``config.count_steps_by``).
+        With no counts, ``truncate_episodes`` samples ``rollout_fragment_length *
+        num_envs`` steps and ``complete_episodes`` one episode per sub-env. Finished
+        episodes come first, then each sub-env's in-progress chunk, which the next
+        call continues (same ``id_``, ``env_t_started`` = this chunk's ``env_t``).
+        """
+        if self.env is None:
+            raise ValueError(
+                f"{self} doesn't have an env! Can't call `sample()` on it (a group's local "
+                "runner without env: set create_env_on_local_worker=True, or sample remotely)."
+            )
+        num_timesteps, num_episodes = runner_setup.check_sample_counts(num_timesteps, num_episodes)
+        start = time.perf_counter()
+        if self._time_after_sampling is not None:
+            self.metrics.log_value(M.TIME_BETWEEN_SAMPLING, start - self._time_after_sampling)
+        self.metrics.log_value(M.WEIGHTS_SEQ_NO, self._weights_seq_no, reduce="last")
+        self._explore = bool(self.config.explore if explore is None else explore)
+        if num_timesteps is None and num_episodes is None:
+            if self.config.batch_mode == "truncate_episodes":
+                fragment = self.config.get_rollout_fragment_length(self.worker_index or 0)
+                num_timesteps = fragment * self.num_envs
+            else:
+                num_episodes = self.num_envs
+        if not random_actions and self.module is None:
+            raise ValueError(
+                f"this runner has no module ({self._module_error}): sample with "
+                "random_actions=True, or set config.rl_module(rl_module_spec=...) to a module "
+                "that handles the env's spaces."
+            )
+        sampler = self._sampler
+        if force_reset or num_episodes is not None or self._needs_initial_reset:
+            self._reset()
+        elif not sampler.started:
+            self._reset()
+        if num_episodes is not None:
+            self._needs_initial_reset = True
+        self._inference_time = 0.0
+        self._modules = dict(self.module.items()) if self.module is not None else {}
+        sampler.weights_seq_no = self._weights_seq_no
+        n = self.config.num_env_runners or 1
+        t_offset = (self.num_env_steps_sampled_lifetime // n) * n
+        try:
+            with runner_setup.torch_threads(self.config, self.worker_index):
+                result = sampler.run(
+                    act_fn=None if random_actions else self._act,
+                    explore=self._explore,
+                    num_timesteps=num_timesteps,
+                    num_episodes=num_episodes,
+                    count_agent_steps=self.config.count_steps_by == "agent_steps",
+                    t_offset=t_offset,
+                )
+        except BaseException:
+            sampler.started = False  # the episodes in flight are inconsistent: reset next time
+            raise
+        self._record(result)
+        episodes = result.episodes
+        if self.config.episodes_to_numpy:
+            for episode in episodes:
+                episode.to_numpy()
+        runner_setup.fire(
+            self, "on_sample_end", env_runner=self, metrics_logger=self.metrics, samples=episodes
+        )
+        self._time_after_sampling = time.perf_counter()
+        self.metrics.log_value(M.SAMPLE_TIMER, self._time_after_sampling - start)
+        return episodes
+
+    def _reset(self) -> None:
+        dropped = self._sampler.start()
+        if dropped:
+            self.metrics.log_value("num_episodes_dropped_lifetime", dropped, reduce="lifetime_sum")
+
+    def _record(self, result: MultiAgentSampleResult) -> None:
+        log = self.metrics.log_value
+        steps, n_done = result.env_steps, len(result.done)
+        log(M.NUM_ENV_STEPS_SAMPLED, steps, reduce="sum")
+        log(M.NUM_ENV_STEPS_SAMPLED_LIFETIME, steps, reduce="lifetime_sum", with_throughput=True)
+        agents: dict[str, int] = {}
+        modules: dict[str, int] = {}
+        for (aid, mid), count in result.agent_counts.items():
+            agents[str(aid)] = agents.get(str(aid), 0) + count
+            modules[str(mid)] = modules.get(str(mid), 0) + count
+        for aid, count in agents.items():
+            log((M.NUM_AGENT_STEPS_SAMPLED, aid), count, reduce="sum")
+            log((M.NUM_AGENT_STEPS_SAMPLED_LIFETIME, aid), count, reduce="lifetime_sum")
+        for mid, count in modules.items():
+            log((M.NUM_MODULE_STEPS_SAMPLED, mid), count, reduce="sum")
+            log((M.NUM_MODULE_STEPS_SAMPLED_LIFETIME, mid), count, reduce="lifetime_sum")
+        log(M.NUM_EPISODES, n_done, reduce="sum")
+        log(M.NUM_EPISODES_LIFETIME, n_done, reduce="lifetime_sum")
+        if result.num_dropped_episodes:
+            log("num_episodes_dropped_lifetime", result.num_dropped_episodes, reduce="lifetime_sum")
+        if self.module is not None and steps:
+            log(M.RLMODULE_INFERENCE_TIMER, self._inference_time / steps)
+        self._log_env_timers(steps)
+        self._done_stats.extend(result.episode_stats)
+
+    # -- metrics, spaces -----------------------------------------------------------
+    def get_metrics(self) -> dict:
+        """Whole-episode stats (totals, per agent, per module) since the last call, plus counters."""
+        window = max(
+            1,
+            math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.num_workers or 1)),
+        )
+        log = self.metrics.log_value
+        for s in self._done_stats:
+            log(M.EPISODE_LEN_MEAN, s.length, window=window)
+            log(M.EPISODE_RETURN_MEAN, s.ret, window=window)
+            log(M.EPISODE_DURATION_SEC_MEAN, s.duration_s, window=window)
+            for aid, ret in s.agent_returns.items():
+                log((M.EPISODE_AGENT_RETURN_MEAN, aid), ret, window=window)
+            for aid, n in s.agent_steps.items():
+                log((M.EPISODE_AGENT_STEPS, aid), n, window=window)
+            for mid, ret in s.module_returns.items():
+                log((M.EPISODE_MODULE_RETURN_MEAN, mid), ret, window=window)
+            log(M.EPISODE_LEN_MIN, s.length, reduce="min", window=window)
+            log(M.EPISODE_RETURN_MIN, s.ret, reduce="min", window=window)
+            log(M.EPISODE_LEN_MAX, s.length, reduce="max", window=window)
+            log(M.EPISODE_RETURN_MAX, s.ret, reduce="max", window=window)
+        self._done_stats = []
+        return self.metrics.reduce()
+
+    def get_spaces(self) -> dict[str, tuple[gym.Space, gym.Space]]:
+        """``__env__``, ``__env_single__`` and, per module id, its (module-side obs, action) spaces."""
+        modules = {
+            mid: (self._env_to_module[mid].observation_space or spaces[0], spaces[1])
+            for mid, spaces in self._module_spaces.items()
+        }
+        if self.env is None:
+            return {**self.spaces, **modules}
+        return {
+            INPUT_ENV_SPACES: (self.env.observation_space, self.env.action_space),
+            INPUT_ENV_SINGLE_SPACES: (
+                self.env.single_observation_space,
+                self.env.single_action_space,
+            ),
+            **modules,
+        }
+
+    def get_policies_to_train(self) -> set[str]:
+        """The module ids that ``config.policies_to_train`` marks trainable (all if None)."""
+        to_train = self.config.policies_to_train
+        if to_train is None:
+            return set(self._module_ids)
+        if callable(to_train):
+            return {mid for mid in self._module_ids if to_train(mid, None)}
+        return {mid for mid in self._module_ids if mid in set(to_train)}
+
+    def __repr__(self) -> str:
+        return f"MultiAgentEnvRunner(worker_index={self.worker_index}, num_envs={self.num_envs})"
