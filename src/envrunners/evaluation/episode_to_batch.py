@@ -59,16 +59,18 @@ def episode_to_sample_batch(
     env_id: int = 0,
     agent_index: int = 0,
     unroll_id: int | None = None,
+    eps_id: Any = None,
     with_prev: bool = True,
 ) -> SampleBatch:
-    """One ``SampleBatch`` (not yet postprocessed) from a numpy ``SingleAgentEpisode`` chunk.
+    """One ``SampleBatch`` (not yet postprocessed) from a ``SingleAgentEpisode`` chunk.
 
     Args:
-        episode: The chunk (finalized/numpy); its lookback supplies the previous
-            action and reward of a continuation chunk's first row.
+        episode: The chunk (made numpy if it is not); its lookback supplies the
+            previous action and reward of a continuation chunk's first row.
         env_id: Sub-env index the chunk came from.
         agent_index: The agent's index within its episode (0 for single-agent).
         unroll_id: The ``unroll_id`` of every row (default: a fresh id).
+        eps_id: The ``eps_id`` of every row (default: the chunk's ``id_``).
         with_prev: Add ``prev_actions`` and ``prev_rewards``.
 
     Returns:
@@ -79,23 +81,46 @@ def episode_to_sample_batch(
     if not episode.is_numpy:
         episode = episode.to_numpy()
     n = len(episode)
-    data = episode.get_data_dict()
-    for key in _DROP:
-        data.pop(key, None)
-    data[Columns.NEXT_OBS] = _window(episode.observations, 1, n + 1)
-    data[SampleBatch.ENV_ID] = np.full(n, env_id, dtype=np.int64)
-    data[SampleBatch.AGENT_INDEX] = np.full(n, agent_index, dtype=np.int64)
+    obs_buf, act_buf, rew_buf = episode.observations, episode.actions, episode.rewards
+    terminateds = np.zeros(n, dtype=np.bool_)
+    truncateds = np.zeros(n, dtype=np.bool_)
+    if n:
+        terminateds[-1] = episode.is_terminated
+        truncateds[-1] = episode.is_truncated
+    infos = np.empty(n, dtype=object)
+    infos[:] = _info_items(episode.infos, n)
     uid = next_unroll_id() if unroll_id is None else unroll_id
-    data[SampleBatch.UNROLL_ID] = np.full(n, uid, dtype=np.int64)
+    data: dict[str, Any] = {
+        Columns.OBS: _window(obs_buf, 0, n),
+        Columns.NEXT_OBS: _window(obs_buf, 1, n + 1),
+        Columns.ACTIONS: _window(act_buf, 0, n),
+        Columns.REWARDS: _window(rew_buf, 0, n),
+        Columns.TERMINATEDS: terminateds,
+        Columns.TRUNCATEDS: truncateds,
+        Columns.INFOS: infos,
+        Columns.T: np.arange(episode.t_started, episode.t_started + n, dtype=np.int64),
+        Columns.EPS_ID: np.full(n, episode.id_ if eps_id is None else eps_id),
+        SampleBatch.ENV_ID: np.full(n, env_id, dtype=np.int64),
+        SampleBatch.AGENT_INDEX: np.full(n, agent_index, dtype=np.int64),
+        SampleBatch.UNROLL_ID: np.full(n, uid, dtype=np.int64),
+    }
+    for key, buf in episode.extra_model_outputs.items():
+        if key not in _DROP:
+            data[key] = _window(buf, 0, n)
     if with_prev:
-        prev_len = min(1, episode.actions.lookback) if episode.t_started > 0 else 0
-        if prev_len:
-            data[SampleBatch.PREV_ACTIONS] = _window(episode.actions, -1, n - 1)
-            data[SampleBatch.PREV_REWARDS] = _window(episode.rewards, -1, n - 1)
+        if episode.t_started > 0 and act_buf.lookback >= 1:
+            data[SampleBatch.PREV_ACTIONS] = _window(act_buf, -1, n - 1)
+            data[SampleBatch.PREV_REWARDS] = _window(rew_buf, -1, n - 1)
         else:
             data[SampleBatch.PREV_ACTIONS] = _tree(_shift_in_zero, data[Columns.ACTIONS])
-            data[SampleBatch.PREV_REWARDS] = _shift_in_zero(np.asarray(data[Columns.REWARDS]))
+            data[SampleBatch.PREV_REWARDS] = _shift_in_zero(data[Columns.REWARDS])
     return SampleBatch(data)
+
+
+def _info_items(buf: Any, n: int) -> list[Any]:
+    if isinstance(buf.data, list):
+        return buf.data[buf.lookback : buf.lookback + n]
+    return list(buf.get(slice(0, n)))
 
 
 def _shift_in_zero(a: np.ndarray) -> np.ndarray:

@@ -139,7 +139,8 @@ def compute_bootstrap_value(sample_batch: Any, policy: Any) -> float:
     """The value after a trajectory's last step: 0 if it terminated, else ``V(new_obs[-1])``.
 
     Truncated trajectories (time limits, fragment ends) are bootstrapped with the
-    policy's value function (``policy._value``); ``0.0`` if it has none.
+    last ``values_bootstrapped`` entry if the batch has one, else with the policy's
+    value function (``policy._value``); ``0.0`` if it has none.
     """
     n = len(sample_batch[Columns.REWARDS])
     if n == 0:
@@ -147,6 +148,8 @@ def compute_bootstrap_value(sample_batch: Any, policy: Any) -> float:
     terminateds = sample_batch.get(Columns.TERMINATEDS)
     if terminateds is not None and bool(np.asarray(terminateds)[-1]):
         return 0.0
+    if Columns.VALUES_BOOTSTRAPPED in sample_batch:  # precomputed for the whole batch
+        return float(np.asarray(sample_batch[Columns.VALUES_BOOTSTRAPPED])[-1])
     value_fn = getattr(policy, "_value", None)
     if value_fn is None:
         return 0.0

@@ -35,6 +35,8 @@ from envrunners.evaluation._policy_setup import complete_policy_specs, make_is_p
 from envrunners.evaluation._worker_api import WorkerAPIMixin
 from envrunners.evaluation.metrics import RolloutMetrics
 from envrunners.evaluation.sampler import SyncSampler, fire
+from envrunners.offline.io_context import IOContext
+from envrunners.offline.io_selection import input_reader_from_config, output_writer_from_config
 from envrunners.policy.policy_map import PolicyMap
 from envrunners.policy.sample_batch import concat_samples
 
@@ -50,27 +52,6 @@ def get_global_worker() -> RolloutWorker:
 
 def _default_mapping_fn(agent_id: Any, episode: Any = None, worker: Any = None, **kw: Any) -> str:
     return "default_policy"
-
-
-class _NoopOutput:
-    """The output writer used when ``config.output`` is None: drops every batch."""
-
-    def write(self, sample_batch: Any) -> None:
-        """Do nothing."""
-
-
-def _offline(kind: str, value: Any, worker: Any) -> Any:
-    """Offline readers/writers for non-sampler inputs and outputs (``envrunners.offline``)."""
-    try:
-        from envrunners.offline import io_selection  # type: ignore[attr-defined]
-    except ImportError:
-        key = "input_" if kind == "input_reader" else "output"
-        raise ConfigError(
-            f"config.{key}={value!r}: this RolloutWorker cannot build offline readers or "
-            "writers (envrunners.offline.io_selection is not available); use "
-            f"{key}={'sampler' if key == 'input_' else None!r} or a callable(ioctx)."
-        ) from None
-    return getattr(io_selection, kind)(worker)
 
 
 class RolloutWorker(WorkerAPIMixin, ParallelIteratorWorker, EnvRunner):
@@ -204,7 +185,7 @@ class RolloutWorker(WorkerAPIMixin, ParallelIteratorWorker, EnvRunner):
         else:  # pragma: no cover - the config check rejects other values
             raise AssertionError(f"Unsupported batch_mode {self.config.batch_mode!r}")
         self.rollout_fragment_length = fragment
-        self.io_context = None
+        self.io_context = IOContext(log_dir, self.config, worker_index, self)
         self.sampler: SyncSampler | None = None
         if self.async_env is not None:
             self.sampler = SyncSampler(
@@ -219,8 +200,8 @@ class RolloutWorker(WorkerAPIMixin, ParallelIteratorWorker, EnvRunner):
                 clip_actions=self.config.clip_actions,
                 render=bool(self.config.render_env and (num_workers == 0 or worker_index == 1)),
             )
-        self.input_reader = self._make_input_reader()
-        self.output_writer = self._make_output_writer()
+        self.input_reader = input_reader_from_config(self.config, self.io_context, self.sampler)
+        self.output_writer = output_writer_from_config(self.config, self.io_context)
         self.weights_seq_no: int | None = None
 
     # -- construction helpers ------------------------------------------------------
@@ -267,22 +248,6 @@ class RolloutWorker(WorkerAPIMixin, ParallelIteratorWorker, EnvRunner):
     def env_seed(self) -> int | None:
         """Seed for the first reset: sub-env ``i`` gets ``seed + 1000 * worker_index + i``."""
         return None if self.seed is None else self.seed + 1000 * self.worker_index
-
-    def _make_input_reader(self) -> Any:
-        input_ = self.config.input_
-        if callable(input_):
-            return input_(self.io_context)
-        if input_ == "sampler":
-            return self.sampler
-        return _offline("input_reader", input_, self)
-
-    def _make_output_writer(self) -> Any:
-        output = self.config.output
-        if output is None:
-            return _NoopOutput()
-        if callable(output):
-            return output(self.io_context)
-        return _offline("output_writer", output, self)
 
     def _gen_rollouts(self) -> Any:
         while True:

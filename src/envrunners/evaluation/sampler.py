@@ -21,8 +21,11 @@ from collections import defaultdict, deque
 from typing import Any
 
 from envrunners.core import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID
+from envrunners.core.columns import Columns
+from envrunners.env.runner_setup import torch_threads
 from envrunners.evaluation.episode_to_batch import episode_to_sample_batch
 from envrunners.evaluation.metrics import RolloutMetrics
+from envrunners.offline.input_reader import InputReader
 from envrunners.policy.sample_batch import SampleBatch, concat_samples
 from envrunners.sampling.single_agent import SingleAgentSampler
 
@@ -35,7 +38,7 @@ _OBSOLETE = ("policies", "policy_mapping_fn", "preprocessors", "obs_filters", "t
 _warned: set[str] = set()
 
 
-class SamplerInput:
+class SamplerInput(InputReader):
     """An input reader that gets its experience from a sampler (abstract).
 
     Subclasses implement ``get_data``, ``get_metrics`` and ``get_extra_batches``.
@@ -180,13 +183,17 @@ class SyncSampler(SamplerInput):
             self._start()
         policy = self.worker.policy_map[DEFAULT_POLICY_ID]
         explore = bool(self.worker.config.explore)
+        fast = getattr(policy, "compute_actions_for_sampling", None)
 
         def act(obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
+            if fast is not None:
+                return fast(obs, explore)
             actions, _, extras = policy.compute_actions(obs, explore=explore)
             return actions, extras
 
         start = time.perf_counter()
-        result = self._core.run(act_fn=act, explore=explore, num_timesteps=num_timesteps)
+        with torch_threads(self.worker.config, self.worker.worker_index):
+            result = self._core.run(act_fn=act, explore=explore, num_timesteps=num_timesteps)
         self.perf_stats["sample_time_s"] += time.perf_counter() - start
         for stats in result.episode_stats:
             self._metrics.append(
@@ -201,9 +208,20 @@ class SyncSampler(SamplerInput):
         self._fire_episode_callbacks(result, policy)
         return result, policy
 
+    def _postprocess_all(self, items: list[tuple[SampleBatch, Any]], policy: Any) -> list[Any]:
+        """Postprocess ``(batch, episode)`` pairs, adding value predictions in one pass."""
+        add_values = getattr(policy, "add_value_predictions", None)
+        with torch_threads(self.worker.config, self.worker.worker_index):
+            if add_values is not None:
+                add_values([b for b, _ in items])
+            out = [self._postprocess(b, policy, ep) for b, ep in items]
+        return out
+
     def _postprocess(self, batch: SampleBatch, policy: Any, episode: Any) -> SampleBatch:
         start = time.perf_counter()
         out = policy.postprocess_trajectory(batch, None, episode)
+        if isinstance(out, SampleBatch):
+            out.pop(Columns.VALUES_BOOTSTRAPPED, None)
         if self.callbacks:
             fire(
                 self.callbacks,
@@ -225,23 +243,26 @@ class SyncSampler(SamplerInput):
             return self._ma.get_data()
         if self.multiple_episodes_in_batch:
             result, policy = self._run_core(self.rollout_fragment_length)
-            batches = []
-            for episode, env_id in zip(
-                result.done + result.ongoing, result.done_env_index + result.ongoing_env_index
-            ):
-                batch = episode_to_sample_batch(episode, env_id=env_id)
-                batches.append(self._postprocess(batch, policy, episode))
+            items = [
+                (episode_to_sample_batch(episode, env_id=env_id), episode)
+                for episode, env_id in zip(
+                    result.done + result.ongoing,
+                    result.done_env_index + result.ongoing_env_index,
+                )
+            ]
+            batches = self._postprocess_all(items, policy)
             return batches[0] if len(batches) == 1 else concat_samples(batches)
         while not self._queue:
             steps = self.env.num_envs * max(1, min(self.rollout_fragment_length, 100))
             result, policy = self._run_core(steps)
             for episode, env_id in zip(result.ongoing, result.ongoing_env_index):
                 self._pending[episode.id_].append(episode_to_sample_batch(episode, env_id=env_id))
+            items = []
             for episode, env_id in zip(result.done, result.done_env_index):
                 chunks = self._pending.pop(episode.id_, [])
                 chunks.append(episode_to_sample_batch(episode, env_id=env_id))
-                whole = chunks[0] if len(chunks) == 1 else concat_samples(chunks)
-                self._queue.append(self._postprocess(whole, policy, episode))
+                items.append((chunks[0] if len(chunks) == 1 else concat_samples(chunks), episode))
+            self._queue.extend(self._postprocess_all(items, policy))
         return self._queue.popleft()
 
     def _fire_episode_callbacks(self, result: Any, policy: Any) -> None:

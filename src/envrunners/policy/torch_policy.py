@@ -45,6 +45,31 @@ def _stack_obs(obs_batch: Any) -> Any:
     return np.asarray(obs_batch)
 
 
+def _last_rows(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _last_rows(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(_last_rows(v) for v in x)
+    return np.asarray(x)[-1:]
+
+
+def _concat_obs(parts: list[Any]) -> Any:
+    first = parts[0]
+    if isinstance(first, dict):
+        return {k: _concat_obs([p[k] for p in parts]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(_concat_obs([p[i] for p in parts]) for i in range(len(first)))
+    return np.concatenate(parts)
+
+
+def _batch_of_one(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _batch_of_one(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(_batch_of_one(v) for v in x)
+    return np.asarray(x)[None]
+
+
 def _to_tensor(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x
@@ -169,6 +194,47 @@ class TorchPolicy(Policy):
         self.global_timestep += len(actions)
         return actions, [], out
 
+    def compute_actions_for_sampling(self, obs_batch: Any, explore: bool) -> tuple[Any, dict]:
+        """``(actions, extras)`` for the sampler: like ``compute_actions`` but without values.
+
+        Value predictions are added afterwards for whole trajectories at once by
+        :meth:`add_value_predictions` (one batched forward instead of one per step).
+        """
+        out = default_model.compute_actions_numpy(self.model, obs_batch, explore)
+        actions = out.pop(Columns.ACTIONS)
+        if Columns.ACTION_LOGP in out:
+            out[Columns.ACTION_PROB] = np.exp(out[Columns.ACTION_LOGP])
+        self.global_timestep += len(actions)
+        return actions, out
+
+    def add_value_predictions(self, batches: list[Any]) -> None:
+        """Set ``vf_preds`` and ``values_bootstrapped`` of trajectory batches in one forward.
+
+        ``values_bootstrapped[t]`` is ``V(new_obs[t])`` (the next row's prediction,
+        and at the last row ``V(new_obs[-1])``, or 0 if the trajectory terminated).
+        Batches that already have ``vf_preds`` are left alone; without a value head
+        nothing is added.
+        """
+        todo = [b for b in batches if Columns.VF_PREDS not in b and len(b)]
+        if not todo or not self._with_values:
+            return
+        parts = [b[Columns.OBS] for b in todo] + [_last_rows(b[Columns.NEXT_OBS]) for b in todo]
+        obs = _concat_obs(parts)
+        values = default_model.compute_actions_numpy(self.model, obs, False, with_values=True)[
+            Columns.VF_PREDS
+        ].astype(np.float32, copy=False)
+        offset, n_rows = 0, sum(len(b) for b in todo)
+        for i, batch in enumerate(todo):
+            n = len(batch)
+            vf = values[offset : offset + n]
+            offset += n
+            last = 0.0 if bool(batch[Columns.TERMINATEDS][-1]) else values[n_rows + i]
+            batch[Columns.VF_PREDS] = vf
+            boot = np.empty_like(vf)
+            boot[:-1] = vf[1:]
+            boot[-1] = last
+            batch[Columns.VALUES_BOOTSTRAPPED] = boot
+
     def compute_log_likelihoods(
         self,
         actions: Any,
@@ -187,9 +253,12 @@ class TorchPolicy(Policy):
 
     def _value(self, obs: Any) -> float:
         """``V(obs)`` for one observation (bootstrapping truncated trajectories)."""
+        batch = _batch_of_one(obs)
+        if self._with_values:
+            out = default_model.compute_actions_numpy(self.model, batch, False, with_values=True)
+            return float(out[Columns.VF_PREDS][0])
         with torch.inference_mode():
-            batch = {Columns.OBS: _to_tensor(np.asarray(obs)[None])}
-            return float(self.model.compute_values(batch)[0])
+            return float(self.model.compute_values({Columns.OBS: _to_tensor(batch)})[0])
 
     # -- learning ------------------------------------------------------------------
     def stats_fn(self, train_batch: Mapping[str, Any]) -> dict[str, Any]:
