@@ -412,3 +412,14 @@ def test_subclasses_are_stored_as_their_base_type(tmp_path):
     (back,) = write_read(tmp_path, SampleBatch({"obs": np.zeros((1, 1)), "infos": infos}))
     assert back["infos"][0] == {"c": 1, "od": {"a": 1}, "p": (1, 2)}
     assert type(back["infos"][0]["c"]) is int and type(back["infos"][0]["od"]) is dict
+
+
+def test_next_skips_empty_batches_and_fails_if_there_is_nothing_else(tmp_path):
+    with JsonWriter(str(tmp_path / "e")) as w:
+        w.write(SampleBatch({"obs": np.zeros((0, 2))}))
+    with pytest.raises(OfflineDataError, match="none of the 1 input file"):
+        JsonReader(str(tmp_path / "e")).next()
+    with JsonWriter(str(tmp_path / "f")) as w:
+        w.write(SampleBatch({"obs": np.zeros((0, 2))}))
+        w.write(SampleBatch({"obs": np.ones((2, 2))}))
+    assert JsonReader(str(tmp_path / "f")).next().count == 2

@@ -138,21 +138,17 @@ def _columns(batch: SampleBatch, drop: bool, dropped: list | None, ctx: str) -> 
     for key, value in dict.items(batch):  # around the interceptor and key tracking
         if type(key) is not str:
             raise UnencodableValueError(f"{ctx}column name {key!r} is not a str")
-        where = f"{ctx}column {key!r}"
         if key == INFOS:
-            out[key] = _encode_infos(value, where, drop, dropped)
+            out[key] = _encode_infos(value, f"{ctx}infos", drop, dropped)
         else:
-            out[key] = _encode_column(value, where)
+            out[key] = _encode_column(value, f"{ctx}column {key!r}")
     return out
 
 
 def _encode_column(value: Any, where: str) -> Any:
     if isinstance(value, np.ndarray):
-        if value.dtype.kind == "O":
-            if is_packed_rows(value):  # SampleBatch.compress() packed each row
-                value = np.stack([unpack(row) for row in value])
-            else:
-                return _plain.encode(value, where)
+        if is_packed_rows(value):  # SampleBatch.compress() packed each row
+            value = np.stack([unpack(row) for row in value])
         return _plain.encode(value, where)
     if isinstance(value, str) and is_compressed(value):  # already one packed array
         return value
@@ -176,7 +172,7 @@ def _encode_infos(value: Any, where: str, drop: bool, dropped: list | None) -> A
     if isinstance(rows, list):
         if all(type(r) is dict and not r for r in rows) or all(map(_plain.is_plain, rows)):
             return rows
-    return _plain.encode(_plain.object_array(list(rows)), "infos", drop, dropped)
+    return _plain.encode(_plain.object_array(list(rows)), where, drop, dropped)
 
 
 def episode_to_record(

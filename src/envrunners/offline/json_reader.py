@@ -183,8 +183,8 @@ class JsonReader(InputReader):
                 self._had_record = False
             for where, lineno, line in self._lines:
                 batch = self._parse(line, where, lineno)
-                if batch is not None:
-                    self._had_record = True
+                if batch is not None and (batch.count > 0 or batch.agent_steps() > 0):
+                    self._had_record = True  # empty batches add nothing (and could loop forever)
                     return batch
             self._lines = None
             if not self._had_record:
