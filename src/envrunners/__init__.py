@@ -39,6 +39,13 @@ _EXPORTS: dict[str, str] = {
     # episodes
     "InfiniteLookbackBuffer": "envrunners.env.utils.infinite_lookback_buffer",
     "SingleAgentEpisode": "envrunners.env.single_agent_episode",
+    "MultiAgentEpisode": "envrunners.env.multi_agent_episode",
+    # modules
+    "RLModule": "envrunners.core.rl_module.rl_module",
+    "RLModuleSpec": "envrunners.core.rl_module.rl_module",
+    "MultiRLModule": "envrunners.core.rl_module.multi_rl_module",
+    "MultiRLModuleSpec": "envrunners.core.rl_module.multi_rl_module",
+    "DefaultTorchRLModule": "envrunners.core.rl_module.default_torch_rl_module",
     # runners
     "EnvRunner": "envrunners.env.env_runner",
     "SingleAgentEnvRunner": "envrunners.env.single_agent_env_runner",
