@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from typing import Any
 
-import numpy as np
-
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.env.runner_setup import torch_threads
 from envrunners.errors import UnknownPolicyError, suggest
 from envrunners.evaluation.episode_to_batch import episode_to_sample_batch
 from envrunners.evaluation.metrics import RolloutMetrics
+from envrunners.evaluation.sampler import _action_transform, clip_batch_rewards
 from envrunners.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 from envrunners.sampling.multi_agent import MultiAgentSampler as _CoreSampler
 
@@ -69,8 +68,6 @@ class MultiAgentSampler:
     """
 
     def __init__(self, owner: Any, env: Any, reward_fn: Any = None):
-        from envrunners.evaluation.sampler import _action_transform
-
         self.owner = owner
         self.worker = owner.worker
         self.env = env
@@ -120,15 +117,7 @@ class MultiAgentSampler:
         return self.env.reset(seed=seed)
 
     def _step(self, actions: list[dict]) -> Any:
-        results = self.env.step(actions)
-        if self._reward_fn is None:
-            return results
-        obs, rewards, terms, truncs, infos = results
-        clipped = [
-            {aid: float(self._reward_fn(np.float32(r))) for aid, r in rew.items()}
-            for rew in rewards
-        ]
-        return obs, clipped, terms, truncs, infos
+        return self.env.step(actions)
 
     # -- sampling ------------------------------------------------------------------
     def _act(self, pid: Any, obs: Any, explore: bool, t: int) -> dict[str, Any]:
@@ -192,6 +181,7 @@ class MultiAgentSampler:
             for episode, batches in trajectories:
                 others = {aid: (pid, policy_map[pid], b) for aid, (pid, b) in batches.items()}
                 for aid, (pid, batch) in batches.items():
+                    clip_batch_rewards(batch, self._reward_fn)
                     rest = {a: v for a, v in others.items() if a != aid}
                     done = policy_map[pid].postprocess_trajectory(batch, rest, episode)
                     done.pop("values_bootstrapped", None)

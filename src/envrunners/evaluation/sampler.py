@@ -161,7 +161,7 @@ class SyncSampler(SamplerInput):
             step_fn=env.step,
             obs_fn=self._filter_obs,
             action_fn=self._action_fn,
-            reward_fn=self._reward_fn,
+            reward_fn=None,  # clipped at the batch edge: metrics keep the env's rewards
             lookback=max(1, int(worker.config.episode_lookback_horizon)),
         )
 
@@ -219,6 +219,7 @@ class SyncSampler(SamplerInput):
 
     def _postprocess(self, batch: SampleBatch, policy: Any, episode: Any) -> SampleBatch:
         start = time.perf_counter()
+        clip_batch_rewards(batch, self._reward_fn)
         out = policy.postprocess_trajectory(batch, None, episode)
         if isinstance(out, SampleBatch):
             out.pop(Columns.VALUES_BOOTSTRAPPED, None)
@@ -300,6 +301,15 @@ class SyncSampler(SamplerInput):
         """Extra batches queued since the last call (none are produced here)."""
         out, self._extra_batches = self._extra_batches, []
         return out
+
+
+def clip_batch_rewards(batch: SampleBatch, reward_fn: Any) -> None:
+    """Apply ``clip_rewards`` to a trajectory's ``rewards`` and ``prev_rewards`` (in place)."""
+    if reward_fn is None:
+        return
+    for key in (SampleBatch.REWARDS, SampleBatch.PREV_REWARDS):
+        if key in batch:
+            batch[key] = reward_fn(batch[key]).astype(batch[key].dtype, copy=False)
 
 
 def _action_transform(space: Any, normalize_actions: bool, clip_actions: bool) -> Any:
