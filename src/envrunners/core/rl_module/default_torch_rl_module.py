@@ -183,6 +183,11 @@ class DefaultTorchRLModule(RLModule):
             if self.inference_only or self._share
             else self.vf_encoder.plan(numpy_tanh=cpu),
         }
+        if kind == "gaussian":
+            k = int(space.shape[0])
+            # logp = -0.5 |noise|^2 - sum(log_std) - k/2 log(2 pi), as one addmv.
+            fast["logp_weights"] = torch.tensor([-0.5] * k + [-1.0] * k, device=device)
+            fast["logp_const"] = torch.tensor(-0.5 * k * _LOG_2PI, device=device)
         self._fast = fast
         return fast
 
@@ -226,23 +231,24 @@ class DefaultTorchRLModule(RLModule):
             kind = fast["kind"]
             if kind == "categorical":
                 actions, logp = _sample_categorical(pi_out, explore, generator)
-            elif kind == "multi_categorical":
+                inputs = pi_out
+            elif kind == "gaussian":
+                actions, logp, inputs = self._sample_gaussian(pi_out, explore, generator)
+            else:
                 parts = [
                     _sample_categorical(p, explore, generator) for p in pi_out.split(self._nvec, -1)
                 ]
                 actions = torch.stack([a for a, _ in parts], dim=-1)
                 actions = actions.reshape((actions.shape[0], *fast["action_shape"]))
                 logp = None if not explore else sum(lp for _, lp in parts)
-            if kind == "gaussian":
-                out = _gaussian_numpy(to_numpy(self._dist_inputs(pi_out)), explore, generator)
-            else:
-                out = {
-                    Columns.ACTIONS: to_numpy(actions),
-                    Columns.ACTION_LOGP: np.zeros(len(obs), np.float32)
-                    if logp is None
-                    else to_numpy(logp),
-                    Columns.ACTION_DIST_INPUTS: to_numpy(pi_out),
-                }
+                inputs = pi_out
+            out = {
+                Columns.ACTIONS: to_numpy(actions),
+                Columns.ACTION_LOGP: np.zeros(len(obs), np.float32)
+                if logp is None
+                else to_numpy(logp),
+                Columns.ACTION_DIST_INPUTS: to_numpy(inputs),
+            }
             if with_values:
                 if fast["vf"] is None:
                     self._values(x, h)  # raises the inference-only error
@@ -252,6 +258,29 @@ class DefaultTorchRLModule(RLModule):
         if actions.dtype != fast["action_dtype"]:
             out[Columns.ACTIONS] = actions.astype(fast["action_dtype"])
         return out
+
+    def _sample_gaussian(
+        self, pi_out: torch.Tensor, explore: bool, generator: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Sample (or take the mean); returns actions, logp (None if greedy), dist inputs.
+
+        Few, fused ops: each tiny torch op costs microseconds here, the math nothing.
+        """
+        fast = self._fast
+        if self._free_log_std:
+            mean, log_std = pi_out, self.log_std.expand_as(pi_out)
+            inputs = torch.cat([mean, log_std], dim=-1)
+        else:
+            inputs = pi_out  # fresh from F.linear: clip its log-std half in place
+            k = inputs.shape[-1] // 2
+            clip = float(self._cfg["log_std_clip_param"])
+            mean, log_std = inputs[:, :k], inputs[:, k:].clamp_(-clip, clip)
+        if not explore:
+            return mean.clone(), None, inputs
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        actions = torch.addcmul(mean, log_std.exp(), noise)
+        stacked = torch.cat([noise.square_(), log_std], dim=-1)
+        return actions, torch.addmv(fast["logp_const"], stacked, fast["logp_weights"]), inputs
 
 
 def _cpu_numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -269,36 +298,9 @@ def _sample_categorical(
     if not explore:
         return logits.argmax(-1), None
     log_probs = torch.log_softmax(logits, dim=-1)
-    noise = torch.empty_like(logits).exponential_(generator=generator)
-    actions = (log_probs - noise.log_()).argmax(-1)
-    return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-
-
-def _gaussian_numpy(
-    inputs: np.ndarray, explore: bool, generator: torch.Generator | None
-) -> dict[str, np.ndarray]:
-    """Sample (or take the mean of) a diagonal Gaussian given ``(B, 2k)`` mean / log-std.
-
-    Done in numpy: its ~10 element-wise ops on tiny arrays cost half what torch's do.
-    The noise still comes from torch's RNG, and the log-density comes from it directly.
-    """
-    k = inputs.shape[1] // 2
-    mean, log_std = inputs[:, :k], inputs[:, k:]
-    if not explore:
-        return {
-            Columns.ACTIONS: mean.copy(),
-            Columns.ACTION_LOGP: np.zeros(len(inputs), np.float32),
-            Columns.ACTION_DIST_INPUTS: inputs,
-        }
-    noise = torch.randn(mean.shape, generator=generator).numpy()
-    actions = np.exp(log_std)
-    actions *= noise
-    actions += mean
-    logp = np.einsum("ij,ij->i", noise, noise)
-    logp *= -0.5
-    logp -= log_std.sum(1)
-    logp -= np.float32(0.5 * k * _LOG_2PI)
-    return {Columns.ACTIONS: actions, Columns.ACTION_LOGP: logp, Columns.ACTION_DIST_INPUTS: inputs}
+    scores = torch.empty_like(logits).exponential_(generator=generator).log_()
+    actions = torch.sub(log_probs, scores, out=scores).argmax(-1, keepdim=True)
+    return actions.squeeze(-1), log_probs.gather(-1, actions).squeeze(-1)
 
 
 def default_rl_module_spec(
