@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -126,6 +128,8 @@ def test_multi_categorical_partial_class_and_input_dim():
     cls = TorchMultiCategorical.get_partial_dist_cls(input_lens=[2, 3])
     assert issubclass(cls, TorchMultiCategorical)
     assert cls.from_logits(torch.zeros(4, 5)).sample().shape == (4, 2)
+    assert TorchMultiCategorical.get_partial_dist_cls(input_lens=[2, 3]) is cls
+    assert pickle.loads(pickle.dumps(cls)) is cls
     with pytest.raises(ValueError, match="input_lens"):
         TorchMultiCategorical.from_logits(torch.zeros(4, 5))
     with pytest.raises(ValueError, match="sum to 4"):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import warnings
 
 import gymnasium as gym
@@ -502,3 +504,16 @@ def test_convert_to_torch_tensor_nested():
     assert out["b"][0].dtype == torch.int64 and out["b"][1].dtype == torch.float32
     assert out["b"][2] is None and out["c"][0] == "x"
     assert convert_to_torch_tensor(torch.zeros(2, dtype=torch.float64)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("act", sorted(ACT_SPACES))
+def test_modules_pickle_and_deepcopy(act):
+    module = _module(act=act, model_config={**SMALL, "fcnet_activation": "silu"})
+    batch = _obs("box", 3)
+    expected = module.compute_actions_numpy(batch, explore=False)  # builds the acting cache
+    for clone in (pickle.loads(pickle.dumps(module)), copy.deepcopy(module)):
+        got = clone.compute_actions_numpy(batch, explore=False)
+        np.testing.assert_allclose(got[Columns.ACTIONS], expected[Columns.ACTIONS])
+        assert clone.get_train_action_dist_cls() is module.get_train_action_dist_cls()
+    multi = pickle.loads(pickle.dumps(MultiRLModule.from_modules({"p": module})))
+    assert isinstance(multi["p"], DefaultTorchRLModule)

@@ -13,6 +13,7 @@ sampling uses the Gumbel-max trick: ``argmax(logits - log(E))`` with ``E ~ Exp(1
 
 from __future__ import annotations
 
+import copyreg
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -48,6 +49,18 @@ def _xlogy_sum(p: torch.Tensor, log_term: torch.Tensor) -> torch.Tensor:
     return torch.where(p > 0, p * log_term, torch.zeros_like(p)).sum(dim=-1)
 
 
+class _PartialDistMeta(type):
+    """Metaclass of ``get_partial_dist_cls`` classes, so ``copyreg`` can pickle them."""
+
+
+def _rebuild_partial(base: type[Distribution], kwargs: dict[str, Any]) -> type[Distribution]:
+    return base.get_partial_dist_cls(**kwargs)
+
+
+copyreg.pickle(_PartialDistMeta, lambda c: (_rebuild_partial, (c._partial_base, c._partial_kwargs)))
+_PARTIAL_CLASSES: dict[tuple[type, str], type] = {}
+
+
 class Distribution:
     """Base of the action distributions: the methods every one of them offers.
 
@@ -67,10 +80,19 @@ class Distribution:
         """Return a subclass whose ``from_logits`` always receives ``kwargs``.
 
         Lets a module hand out "a multi-categorical with these input lengths" as a
-        class, the same way it hands out ``TorchCategorical``.
+        class, the same way it hands out ``TorchCategorical``. Equal arguments give
+        the same class, and the class pickles (by recipe) with plain ``pickle``.
         """
+        base = getattr(cls, "_partial_base", cls)
         merged = {**cls._partial_kwargs, **kwargs}
-        return type(cls.__name__, (cls,), {"_partial_kwargs": merged, "__module__": cls.__module__})
+        key = (base, repr(sorted(merged.items())))
+        made = _PARTIAL_CLASSES.get(key)
+        if made is None:
+            namespace = {"_partial_kwargs": merged, "_partial_base": base}
+            namespace["__module__"] = base.__module__
+            made = _PartialDistMeta(base.__name__, (base,), namespace)
+            _PARTIAL_CLASSES[key] = made
+        return made
 
     @staticmethod
     def required_input_dim(space: gym.Space, **kwargs: Any) -> int:

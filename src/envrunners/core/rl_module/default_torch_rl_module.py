@@ -151,6 +151,11 @@ class DefaultTorchRLModule(RLModule):
         self._fast = None  # parameters may be new objects after .to() / .float()
         return super()._apply(*args, **kwargs)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fast"] = None  # holds callables and parameter references; rebuilt on use
+        return state
+
     def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """``nn.Module.load_state_dict`` that also refreshes the acting path's references."""
         self._fast = None
