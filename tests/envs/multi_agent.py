@@ -178,12 +178,13 @@ class LeavingParallelEnv(ParallelEnv):
         self.max_steps = int(config.get("max_steps", 6))
         self.possible_agents = [f"agent_{i}" for i in range(self.n)]
         self._space = gym.spaces.Box(-1e6, 1e6, shape=(2,), dtype=np.float32)
+        self._act_space = gym.spaces.Discrete(3)
 
     def observation_space(self, agent):
         return self._space
 
     def action_space(self, agent):
-        return gym.spaces.Discrete(3)
+        return self._act_space
 
     def _obs(self, agent):
         return np.array([self.t, self.possible_agents.index(agent)], dtype=np.float32)

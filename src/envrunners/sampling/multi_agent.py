@@ -120,7 +120,7 @@ class _Totals:
             n = len(sa)
             if n:
                 self.steps[aid] = self.steps.get(aid, 0) + n
-                self.returns[aid] = self.returns.get(aid, 0.0) + float(sa.get_return())
+                self.returns[aid] = self.returns.get(aid, 0.0) + _chunk_return(sa)
                 self.modules[aid] = sa.module_id
 
     def stats(self, duration_s: float) -> MultiAgentEpisodeStats:
@@ -162,6 +162,20 @@ def rows(batch: Any) -> list[Any]:
         cols_t = [rows(v) for v in batch]
         return [tuple(c[j] for c in cols_t) for j in range(len(cols_t[0]))]
     return list(np.asarray(batch))
+
+
+def _action_rows(actions: Any) -> list[Any]:
+    """Per-row actions; integer (Discrete) actions as Python ints, which envs check fastest."""
+    if isinstance(actions, np.ndarray) and actions.ndim == 1 and actions.dtype.kind in "iu":
+        return actions.tolist()
+    return rows(actions)
+
+
+def _chunk_return(sa: Any) -> float:
+    rewards = sa.rewards.get()
+    if isinstance(rewards, np.ndarray):
+        return float(rewards.sum())
+    return float(sum(rewards))
 
 
 def prune_zero_len_agents(episode: MultiAgentEpisode) -> None:
@@ -320,7 +334,7 @@ class MultiAgentSampler:
                 for mid, (batch, idx) in self._to_module.items():
                     out = act_fn(mid, batch, explore, t_offset + env_ts)
                     acts = out.pop("actions")
-                    a_rows = rows(acts)
+                    a_rows = _action_rows(acts)
                     fn = action_fns.get(mid)
                     if fn is not None:
                         if env_actions is actions:
