@@ -441,3 +441,33 @@ def test_all_agents_done_without_all_flag_is_an_error():
     ).environment(env_config={"schedule": sched})
     with pytest.raises(MultiAgentEnvError, match=r"sub-environment 0: every agent .*\['__all__'\]"):
         MultiAgentEnvRunner(config).sample(num_timesteps=4)
+
+
+def test_under_env_runner_group_with_two_remote_runners(ray_session):
+    group_mod = pytest.importorskip("envrunners.env.env_runner_group")
+    # a lambda travels by value to the remote runners (a test-module function would not)
+    config = ma_config(num_envs=2, policy_mapping_fn=lambda aid, ep, **kw: f"p{aid % 2}")
+    group = group_mod.EnvRunnerGroup(config=config.env_runners(num_env_runners=2))
+    try:
+        local = group.local_env_runner
+        assert isinstance(local, MultiAgentEnvRunner) and local.env is None
+        assert set(local.module.keys()) == {"p0", "p1"}  # built from the remotes' spaces
+        results = group.foreach_env_runner(
+            lambda r: r.sample(num_timesteps=20), local_env_runner=False
+        )
+        assert len(results) == 2
+        for eps in results:
+            assert all(isinstance(e, MultiAgentEpisode) for e in eps)
+            assert 20 <= total(eps) <= 21
+        zeros = {m: {k: np.zeros_like(v) for k, v in sd.items()} for m, sd in
+                 local.get_weights().items()}  # fmt: skip
+        local.set_weights(zeros)
+        group.sync_weights()
+        remote = group.foreach_env_runner(lambda r: r.get_weights(), local_env_runner=False)
+        for weights in remote:
+            assert set(weights) == {"p0", "p1"}
+            assert all(np.all(v == 0) for sd in weights.values() for v in sd.values())
+        metrics = group.foreach_env_runner(lambda r: r.get_metrics(), local_env_runner=False)
+        assert all(m["num_env_steps_sampled"] >= 20 for m in metrics)
+    finally:
+        group.stop()

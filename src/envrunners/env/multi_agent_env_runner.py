@@ -375,4 +375,5 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, EnvRunner):
         return {mid for mid in self._module_ids if mid in set(to_train)}
 
     def __repr__(self) -> str:
-        return f"MultiAgentEnvRunner(worker_index={self.worker_index}, num_envs={self.num_envs})"
+        index, n = getattr(self, "worker_index", None), getattr(self, "num_envs", 0)
+        return f"MultiAgentEnvRunner(worker_index={index}, num_envs={n})"
