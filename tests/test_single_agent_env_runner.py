@@ -345,3 +345,23 @@ def test_random_then_module_actions_keep_extras_aligned():
         assert len(e.get_extra_model_outputs("action_logp")) == len(e)
     eps = r.sample(num_timesteps=4, random_actions=True)
     assert all("action_logp" not in e.extra_model_outputs for e in eps)
+
+
+def test_runner_records_episodes_when_output_is_set(tmp_path):
+    from envrunners.offline.episode_writer import read_episodes
+
+    config = (
+        AlgorithmConfig()
+        .environment(CountingEnv, env_config={"episode_len": 3})
+        .env_runners(num_envs_per_env_runner=2)
+        .offline_data(output=str(tmp_path / "out"))
+    )
+    r = SingleAgentEnvRunner(config=config)
+    sampled = r.sample(num_timesteps=8) + r.sample(num_timesteps=4)
+    r.stop()
+    read = list(read_episodes(str(tmp_path / "out")))
+    assert [e.id_ for e in read] == [e.id_ for e in sampled]
+    for a, b in zip(read, sampled):
+        np.testing.assert_array_equal(a.get_observations(), b.get_observations())
+        np.testing.assert_array_equal(a.get_actions(), b.get_actions())
+        assert a.t_started == b.t_started and a.is_done == b.is_done

@@ -51,6 +51,16 @@ _EXPORTS: dict[str, str] = {
     "SingleAgentEnvRunner": "envrunners.env.single_agent_env_runner",
     "StepFailedRecreateEnvError": "envrunners.env.env_errors",
     "register_env": "envrunners.env.registry",
+    # offline data
+    "InputReader": "envrunners.offline.input_reader",
+    "IOContext": "envrunners.offline.io_context",
+    "OutputWriter": "envrunners.offline.output_writer",
+    "NoopOutput": "envrunners.offline.output_writer",
+    "JsonReader": "envrunners.offline.json_reader",
+    "JsonWriter": "envrunners.offline.json_writer",
+    "MixedInput": "envrunners.offline.mixed_input",
+    "ShuffledInput": "envrunners.offline.shuffled_input",
+    "D4RLReader": "envrunners.offline.d4rl_reader",
     # filters and connectors
     "Filter": "envrunners.utils.filter",
     "NoFilter": "envrunners.utils.filter",

@@ -30,6 +30,7 @@ from envrunners.env import runner_setup
 from envrunners.env.env_runner import ENV_STEP_FAILURE, EnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import ConfigError
+from envrunners.offline.episode_writer import close_episode_writer, record_episodes
 from envrunners.sampling.single_agent import STEP_FAILED, SampleResult, SingleAgentSampler
 from envrunners.utils import metrics as M
 from envrunners.utils.checkpoints import load_state, save_state
@@ -225,6 +226,7 @@ class SingleAgentEnvRunner(EnvRunner):
         runner_setup.fire(
             self, "on_sample_end", env_runner=self, metrics_logger=self.metrics, samples=episodes
         )
+        record_episodes(self, episodes)  # no-op unless config.output is set
         self._time_after_sampling = time.perf_counter()
         self.metrics.log_value(M.SAMPLE_TIMER, self._time_after_sampling - start)
         return episodes
@@ -411,7 +413,8 @@ class SingleAgentEnvRunner(EnvRunner):
         )
 
     def stop(self) -> None:
-        """Close the env."""
+        """Close the env and publish any episode recording."""
+        close_episode_writer(self)
         if self.env is not None:
             runner_setup.close_quietly(self.env)
 
