@@ -1,18 +1,55 @@
-"""Fault-aware remote calls (``ray.rllib.utils.actor_manager``).
+"""Fault-aware remote calls on Ray actors (``ray.rllib.utils.actor_manager``).
 
 ``FaultAwareApply`` is the mixin every runner class inherits, so a Ray actor made
 from a runner can be pinged and can run arbitrary functions on itself.
+``FaultTolerantActorManager`` calls a set of such actors (synchronously, or
+asynchronously with tags and a per-actor in-flight limit) and keeps their health
+from the call results, as RLlib's manager does, with these differences:
+
+- the round-robin of ``foreach_actor_async`` targets real actor ids;
+- results come back in call order (RLlib: completion order);
+- a ``RayTaskError`` carries the actor id in its message;
+- ``is_fault`` decides which errors take an actor out of service (default: every
+  ``RayError``, as in RLlib);
+- missed deadlines are counted, and with ``max_consecutive_timeouts`` an actor
+  that misses that many in a row is killed (Ray restarts it if it may);
+- ``coalesce=True`` async calls are never dropped: a call that finds the tag's
+  slots full waits as the actor's pending call, replaced by any newer one, and
+  is sent before the next call of any tag to that actor;
+- probes skip actors that Ray reports as restarting or dead.
+
+Ray is imported lazily, so importing this module (as every runner does) is cheap.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = ["FaultAwareApply"]
+from envrunners.errors import ConfigError
+from envrunners.utils._actor_results import (
+    CallResult,
+    RemoteCallResults,
+    ResultOrError,
+    label_remote_error,
+)
+
+__all__ = [
+    "CallResult",
+    "FaultAwareApply",
+    "FaultTolerantActorManager",
+    "RemoteCallResults",
+    "ResultOrError",
+    "actor_state_in_gcs",
+]
 
 logger = logging.getLogger("envrunners")
+
+#: Ray actor states in which a call cannot be served yet (or ever).
+_NOT_SERVING = ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "DEAD")
 
 
 class FaultAwareApply:
@@ -30,3 +67,617 @@ class FaultAwareApply:
     def apply(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call ``func(self, *args, **kwargs)`` and return its result."""
         return func(self, *args, **kwargs)
+
+
+class _CallMethod:
+    """Picklable ``lambda actor, **kw: getattr(actor, name)(**kw)`` for string funcs."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, actor: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(actor, self.name)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<method {self.name}>"
+
+
+def _ping(actor: Any) -> Any:
+    return actor.ping()
+
+
+def actor_state_in_gcs(handle: Any) -> str | None:
+    """Ray's view of an actor: ``"ALIVE"``, ``"RESTARTING"``, ``"DEAD"``, ... or None if unknown."""
+    try:
+        from ray._private import state as ray_state
+
+        info = ray_state.actors(handle._actor_id.hex())
+        return info.get("State") if isinstance(info, dict) else None
+    except Exception:  # private API: any failure just means "unknown"
+        return None
+
+
+@dataclasses.dataclass
+class _ActorState:
+    """What the manager knows about one actor."""
+
+    num_in_flight_async_requests_by_tag: dict[str | None, int] = dataclasses.field(
+        default_factory=lambda: defaultdict(int)
+    )
+    is_healthy: bool = True
+    consecutive_timeouts: int = 0
+    pending: dict[str | None, tuple[Any, dict]] = dataclasses.field(default_factory=dict)
+
+
+def _default_is_fault(error: BaseException) -> bool:
+    from ray.exceptions import RayError
+
+    return isinstance(error, RayError)
+
+
+class FaultTolerantActorManager:
+    """Calls a set of Ray actors and tracks their health from the results.
+
+    Args:
+        actors: Actor handles to manage; each must expose ``apply`` and ``ping``
+            (inherit ``FaultAwareApply``).
+        max_remote_requests_in_flight_per_actor: Per actor and per tag, how many
+            async calls may be outstanding; more are dropped (or, with
+            ``coalesce=True``, held as the one pending call).
+        init_id: The first actor id; ids are never reused.
+        is_fault: Which call errors take an actor out of service. Default: every
+            ``RayError`` (RLlib's rule).
+        max_consecutive_timeouts: Kill (``ray.kill``, restart allowed) an actor that
+            misses this many deadlines in a row; None never does.
+        actor_label: How messages name an actor (``"env runner"`` in a group).
+    """
+
+    def __init__(
+        self,
+        actors: Sequence[Any] | None = None,
+        max_remote_requests_in_flight_per_actor: int = 2,
+        init_id: int = 0,
+        *,
+        is_fault: Callable[[BaseException], bool] | None = None,
+        max_consecutive_timeouts: int | None = None,
+        actor_label: str = "actor",
+    ):
+        if max_remote_requests_in_flight_per_actor < 1:
+            raise ConfigError(
+                "max_remote_requests_in_flight_per_actor must be >= 1, got "
+                f"{max_remote_requests_in_flight_per_actor}"
+            )
+        self._max_in_flight = int(max_remote_requests_in_flight_per_actor)
+        self._next_id = int(init_id)
+        self._actors: dict[int, Any] = {}
+        self._remote_actor_states: dict[int, _ActorState] = {}
+        self._restored_actors: set[int] = set()
+        self._in_flight_req_to_actor_id: dict[Any, tuple[str | None, int]] = {}
+        self._current_actor_id = 0
+        self._num_actor_restarts = 0
+        self._num_timed_out_calls = 0
+        self._hung_kills: list[int] = []
+        self._num_hung_kills = 0
+        self._is_fault = is_fault or _default_is_fault
+        self.max_consecutive_timeouts = max_consecutive_timeouts
+        self.actor_label = actor_label
+        if actors:
+            self.add_actors(actors)
+
+    # ------------------------------------------------------------------ membership
+    def actors(self) -> dict[int, Any]:
+        """The ``{id: handle}`` dict itself (legacy accessor)."""
+        return self._actors
+
+    def actor_ids(self) -> list[int]:
+        """All ids, healthy or not, in the order the actors were added."""
+        return list(self._actors)
+
+    def healthy_actor_ids(self) -> list[int]:
+        """Ids of the actors currently marked healthy."""
+        return [i for i, s in self._remote_actor_states.items() if s.is_healthy]
+
+    def add_actors(self, actors: Iterable[Any]) -> list[int]:
+        """Manage more actors; each starts healthy. Returns their new ids."""
+        ids = []
+        for handle in actors:
+            self._actors[self._next_id] = handle
+            self._remote_actor_states[self._next_id] = _ActorState()
+            ids.append(self._next_id)
+            self._next_id += 1
+        return ids
+
+    def remove_actor(self, actor_id: int) -> Any:
+        """Stop managing ``actor_id`` (it is not killed) and return its handle."""
+        if actor_id not in self._actors:
+            raise KeyError(f"Unknown actor id {actor_id!r}; known ids: {self.actor_ids()}")
+        handle = self._actors.pop(actor_id)
+        self._remote_actor_states.pop(actor_id, None)
+        self._restored_actors.discard(actor_id)
+        self._forget_in_flight(actor_id)
+        return handle
+
+    def replace_actor(self, actor_id: int, handle: Any) -> None:
+        """Put a new handle under an existing id (marked unhealthy until restored)."""
+        self._check_known([actor_id])
+        self.set_actor_state(actor_id, healthy=False)
+        self._actors[actor_id] = handle
+
+    def get_actor(self, actor_id: int) -> Any:
+        """The handle of ``actor_id``."""
+        self._check_known([actor_id])
+        return self._actors[actor_id]
+
+    def clear(self) -> None:
+        """Kill every actor (no restart) and forget them all; ids keep counting up."""
+        import ray
+
+        for handle in self._actors.values():
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception as err:  # already gone
+                logger.debug("ray.kill failed during clear(): %r", err)
+        self._actors.clear()
+        self._remote_actor_states.clear()
+        self._restored_actors.clear()
+        self._in_flight_req_to_actor_id.clear()
+        self._current_actor_id = 0
+
+    # ------------------------------------------------------------------ counters
+    def num_actors(self) -> int:
+        """How many actors are managed."""
+        return len(self._actors)
+
+    def num_healthy_actors(self) -> int:
+        """How many of them are healthy."""
+        return sum(s.is_healthy for s in self._remote_actor_states.values())
+
+    def total_num_restarts(self) -> int:
+        """How many unhealthy → healthy transitions calls with ``mark_healthy`` made."""
+        return self._num_actor_restarts
+
+    def num_timed_out_calls(self) -> int:
+        """Results lost to a positive timeout so far (they are never returned later)."""
+        return self._num_timed_out_calls
+
+    def num_hung_actor_kills(self) -> int:
+        """How many actors were killed for missing ``max_consecutive_timeouts`` deadlines."""
+        return self._num_hung_kills
+
+    def take_hung_actor_kills(self) -> list[int]:
+        """Ids killed as hung since the last call (then forgotten)."""
+        ids, self._hung_kills = self._hung_kills, []
+        return ids
+
+    def take_restored_actor_ids(self) -> list[int]:
+        """Ids that became healthy again since the last probe or call (then forgotten)."""
+        ids = sorted(self._restored_actors)
+        self._restored_actors.clear()
+        return ids
+
+    def num_outstanding_async_reqs(self, tag: str | None = None) -> int:
+        """Async calls in flight, over all tags or for one tag."""
+        states = self._remote_actor_states.values()
+        if tag is None:
+            return sum(sum(s.num_in_flight_async_requests_by_tag.values()) for s in states)
+        return sum(s.num_in_flight_async_requests_by_tag.get(tag, 0) for s in states)
+
+    def num_pending_calls(self, tag: str | None = None) -> int:
+        """Coalesced calls waiting for a free slot (over all tags, or one tag)."""
+        return sum(
+            (len(s.pending) if tag is None else int(tag in s.pending))
+            for s in self._remote_actor_states.values()
+        )
+
+    # ------------------------------------------------------------------ health
+    def is_actor_healthy(self, actor_id: int) -> bool:
+        """Whether ``actor_id`` is marked healthy."""
+        if actor_id not in self._remote_actor_states:
+            raise ConfigError(f"Unknown actor id: {actor_id!r}; known ids: {self.actor_ids()}")
+        return self._remote_actor_states[actor_id].is_healthy
+
+    def set_actor_state(self, actor_id: int, healthy: bool) -> None:
+        """Mark an actor (un)healthy; going unhealthy forgets its in-flight and pending calls."""
+        if actor_id not in self._remote_actor_states:
+            raise ConfigError(f"Unknown actor id: {actor_id!r}; known ids: {self.actor_ids()}")
+        state = self._remote_actor_states[actor_id]
+        if healthy and not state.is_healthy:
+            self._restored_actors.add(actor_id)
+        elif not healthy:
+            self._restored_actors.discard(actor_id)
+            if state.is_healthy:
+                self._forget_in_flight(actor_id)
+                state.pending.clear()
+        state.is_healthy = healthy
+        state.consecutive_timeouts = 0
+
+    def mark_actor_restored(self, actor_id: int) -> None:
+        """Put an unhealthy actor back into service and count it as a restart.
+
+        Unlike ``set_actor_state`` it does not report the actor as restored to the
+        next ``probe_unhealthy_actors`` (the caller has dealt with it).
+        """
+        self._check_known([actor_id])
+        state = self._remote_actor_states[actor_id]
+        if not state.is_healthy:
+            self._num_actor_restarts += 1
+        state.is_healthy = True
+        state.consecutive_timeouts = 0
+
+    def _forget_in_flight(self, actor_id: int) -> None:
+        for ref in [
+            r for r, (_, aid) in self._in_flight_req_to_actor_id.items() if aid == actor_id
+        ]:
+            del self._in_flight_req_to_actor_id[ref]
+        state = self._remote_actor_states.get(actor_id)
+        if state is not None:
+            state.num_in_flight_async_requests_by_tag.clear()
+
+    # ------------------------------------------------------------------ call helpers
+    def _check_known(self, ids: Iterable[int]) -> None:
+        unknown = [i for i in ids if i not in self._actors]
+        if unknown:
+            raise ConfigError(
+                f"Unknown {self.actor_label} id(s) {unknown}; known ids: {self.actor_ids()}"
+            )
+
+    @staticmethod
+    def _normalize(
+        func: Any, kwargs: Any, ids: list[int], what: str
+    ) -> tuple[list[Any], list[dict]]:
+        """Per-call funcs and kwargs (strings become method calls)."""
+        if isinstance(func, list):
+            if len(func) != len(ids):
+                raise AssertionError(f"Funcs must have the same number of callables as {what}.")
+            if kwargs is not None and not isinstance(kwargs, list):
+                raise AssertionError(
+                    "With a list of funcs, kwargs must be a list of dicts (one per func) or None."
+                )
+            funcs = list(func)
+        else:
+            funcs = [func] * len(ids)
+        if isinstance(kwargs, list):
+            if len(kwargs) != len(ids):
+                raise AssertionError(f"kwargs must have the same number of dicts as {what}.")
+            kws = [dict(k or {}) for k in kwargs]
+        else:
+            kws = [dict(kwargs or {}) for _ in ids]
+        funcs = [_CallMethod(f) if isinstance(f, str) else f for f in funcs]
+        return funcs, kws
+
+    def _fire(self, actor_id: int, func: Any, kw: dict) -> Any:
+        self._fire_pending(actor_id)
+        return self._actors[actor_id].apply.remote(func, **kw)
+
+    def _fire_pending(self, actor_id: int, only_free_slots: bool = False) -> None:
+        """Send the actor's coalesced calls (all, or those whose tag has a free slot)."""
+        state = self._remote_actor_states.get(actor_id)
+        if state is None or not state.pending:
+            return
+        for tag in list(state.pending):
+            if only_free_slots and (
+                state.num_in_flight_async_requests_by_tag.get(tag, 0) >= self._max_in_flight
+            ):
+                continue
+            func, kw = state.pending.pop(tag)
+            ref = self._actors[actor_id].apply.remote(func, **kw)
+            state.num_in_flight_async_requests_by_tag[tag] += 1
+            self._in_flight_req_to_actor_id[ref] = (tag, actor_id)
+
+    def _collect(
+        self,
+        ready: list[Any],
+        meta: dict[Any, tuple[str | None, int]],
+        return_obj_refs: bool,
+        mark_healthy: bool,
+    ) -> RemoteCallResults:
+        """Turn ready refs into results and update health (``meta``: ref → (tag, id))."""
+        import ray
+        from ray.exceptions import RayError
+
+        results = RemoteCallResults()
+        for ref in ready:
+            tag, actor_id = meta[ref]
+            if return_obj_refs:
+                results.add_result(actor_id, ResultOrError(result=ref), tag)
+                continue
+            try:
+                value = ray.get(ref)
+            except RayError as err:
+                label = f"{self.actor_label} {actor_id}"
+                results.add_result(
+                    actor_id, ResultOrError(error=label_remote_error(err, label)), tag
+                )
+                state = self._remote_actor_states.get(actor_id)
+                if state is None:
+                    continue
+                if self._is_fault(err):
+                    if state.is_healthy:
+                        logger.error(
+                            "Ray error (%s), taking %s out of service.",
+                            type(err).__name__,
+                            label,
+                        )
+                        self.set_actor_state(actor_id, healthy=False)
+                else:
+                    state.consecutive_timeouts = 0
+                continue
+            results.add_result(actor_id, ResultOrError(result=value), tag)
+            state = self._remote_actor_states.get(actor_id)
+            if state is None:
+                continue
+            state.consecutive_timeouts = 0
+            if mark_healthy and not state.is_healthy:
+                self.set_actor_state(actor_id, healthy=True)
+                self._num_actor_restarts += 1
+        return results
+
+    def _missed_deadline(self, actor_id: int) -> None:
+        """Count a missed deadline; kill the actor once it misses too many in a row."""
+        import ray
+
+        self._num_timed_out_calls += 1
+        state = self._remote_actor_states.get(actor_id)
+        if state is None:
+            return
+        state.consecutive_timeouts += 1
+        limit = self.max_consecutive_timeouts
+        if limit is None or state.consecutive_timeouts < max(1, limit) or not state.is_healthy:
+            return
+        logger.error(
+            "%s %d missed %d deadlines in a row: it is hung; killing it (Ray restarts it if "
+            "restarts are left).",
+            self.actor_label,
+            actor_id,
+            state.consecutive_timeouts,
+        )
+        try:
+            ray.kill(self._actors[actor_id], no_restart=False)
+        except Exception as err:  # pragma: no cover - already gone
+            logger.debug("ray.kill of a hung actor failed: %r", err)
+        self.set_actor_state(actor_id, healthy=False)
+        self._hung_kills.append(actor_id)
+        self._num_hung_kills += 1
+
+    # ------------------------------------------------------------------ sync calls
+    def foreach_actor(
+        self,
+        func: Any,
+        *,
+        kwargs: dict | list[dict] | None = None,
+        healthy_only: bool = True,
+        remote_actor_ids: list[int] | None = None,
+        timeout_seconds: float | None = None,
+        return_obj_refs: bool = False,
+        mark_healthy: bool = False,
+    ) -> RemoteCallResults:
+        """Call ``func(actor, **kwargs)`` on actors and wait for the results.
+
+        Args:
+            func: A callable, a method name, or a list of either (one per target).
+            kwargs: One dict for all calls or a list of per-call dicts.
+            healthy_only: Skip actors marked unhealthy.
+            remote_actor_ids: Targets (repeats allowed); None or ``[]`` means all.
+            timeout_seconds: None waits for all; 0 fires and forgets; a positive
+                value drops (and counts) the calls not done in time.
+            return_obj_refs: Return the ``ObjectRef`` of each call, not its value.
+            mark_healthy: A successful call brings an unhealthy actor back.
+
+        Returns:
+            The results in call order; failed calls carry their error.
+        """
+        ids = list(remote_actor_ids or self.actor_ids())
+        self._check_known(ids)
+        funcs, kws = self._normalize(func, kwargs, ids, "actor indices")
+        if healthy_only:
+            keep = [k for k, i in enumerate(ids) if self._remote_actor_states[i].is_healthy]
+            ids, funcs, kws = (
+                [ids[k] for k in keep],
+                [funcs[k] for k in keep],
+                [kws[k] for k in keep],
+            )
+        if not ids:
+            return RemoteCallResults()
+        import ray
+
+        refs = [self._fire(i, f, kw) for i, f, kw in zip(ids, funcs, kws)]
+        meta = {ref: (None, i) for ref, i in zip(refs, ids)}
+        ready, not_ready = ray.wait(
+            refs, num_returns=len(refs), timeout=timeout_seconds, fetch_local=not return_obj_refs
+        )
+        if not_ready and timeout_seconds is not None and timeout_seconds > 0:
+            for ref in not_ready:
+                self._missed_deadline(meta[ref][1])
+        ready_set = set(ready)
+        in_order = [r for r in refs if r in ready_set]
+        return self._collect(in_order, meta, return_obj_refs, mark_healthy)
+
+    # ------------------------------------------------------------------ async calls
+    def foreach_actor_async(
+        self,
+        func: Any,
+        tag: str | None = None,
+        *,
+        kwargs: dict | list[dict] | None = None,
+        healthy_only: bool = True,
+        remote_actor_ids: list[int] | None = None,
+        coalesce: bool = False,
+    ) -> int:
+        """Fire calls without waiting; collect them later with ``fetch_ready_async_reqs``.
+
+        Per actor and tag at most ``max_remote_requests_in_flight_per_actor`` calls
+        are outstanding. Calls beyond that are dropped, or with ``coalesce=True``
+        kept as the actor's one pending call for the tag (a newer one replaces it).
+
+        Returns:
+            How many calls were sent (plus, with ``coalesce``, how many were queued).
+        """
+        ids = list(remote_actor_ids or self.actor_ids())
+        self._check_known(ids)
+        if isinstance(func, list):
+            num_calls = len(func)
+        elif isinstance(kwargs, list):
+            num_calls = len(kwargs)
+        else:
+            num_calls = len(ids)
+        if num_calls != len(ids):
+            every = self.actor_ids()
+            if not every:
+                return 0
+            ids = [every[(self._current_actor_id + k) % len(every)] for k in range(num_calls)]
+            self._current_actor_id = (self._current_actor_id + num_calls) % len(every)
+        funcs, kws = self._normalize(func, kwargs, ids, "remote actor ids")
+        if healthy_only:
+            keep = [k for k, i in enumerate(ids) if self._remote_actor_states[i].is_healthy]
+            ids, funcs, kws = (
+                [ids[k] for k in keep],
+                [funcs[k] for k in keep],
+                [kws[k] for k in keep],
+            )
+        sent = 0
+        for actor_id, f, kw in zip(ids, funcs, kws):
+            state = self._remote_actor_states[actor_id]
+            in_flight = state.num_in_flight_async_requests_by_tag.get(tag, 0)
+            if in_flight >= self._max_in_flight:
+                if coalesce:
+                    state.pending[tag] = (f, kw)
+                    sent += 1
+                continue
+            ref = self._fire(actor_id, f, kw)
+            state.num_in_flight_async_requests_by_tag[tag] += 1
+            self._in_flight_req_to_actor_id[ref] = (tag, actor_id)
+            sent += 1
+        return sent
+
+    def fetch_ready_async_reqs(
+        self,
+        *,
+        tags: str | list[str] | tuple[str, ...] | None = (),
+        timeout_seconds: float | None = 0.0,
+        return_obj_refs: bool = False,
+        mark_healthy: bool = False,
+    ) -> RemoteCallResults:
+        """Collect the async calls (of ``tags``; None/empty = all) that are done.
+
+        Calls not done within ``timeout_seconds`` stay in flight for a later fetch.
+        Tags starting with ``"__"`` are internal and only fetched when named.
+        """
+        if isinstance(tags, str):
+            wanted: set | None = {tags}
+        elif tags is None or isinstance(tags, (list, tuple)):
+            wanted = set(tags) if tags else None
+        else:
+            raise ValueError(f"tags must be a str, list or tuple, got {type(tags).__name__}")
+
+        def match(tag: str | None) -> bool:
+            if wanted is None:
+                return not (isinstance(tag, str) and tag.startswith("__"))
+            return tag in wanted
+
+        meta = {r: m for r, m in self._in_flight_req_to_actor_id.items() if match(m[0])}
+        if not meta:
+            return RemoteCallResults()
+        import ray
+
+        refs = list(meta)
+        ready, _ = ray.wait(
+            refs, num_returns=len(refs), timeout=timeout_seconds, fetch_local=not return_obj_refs
+        )
+        touched = set()
+        for ref in ready:
+            tag, actor_id = self._in_flight_req_to_actor_id.pop(ref)
+            state = self._remote_actor_states.get(actor_id)
+            if state is not None and state.num_in_flight_async_requests_by_tag.get(tag, 0) > 0:
+                state.num_in_flight_async_requests_by_tag[tag] -= 1
+            touched.add(actor_id)
+        ready_set = set(ready)
+        results = self._collect(
+            [r for r in refs if r in ready_set], meta, return_obj_refs, mark_healthy
+        )
+        for actor_id in touched:
+            state = self._remote_actor_states.get(actor_id)
+            if state is not None and state.is_healthy:
+                self._fire_pending(actor_id, only_free_slots=True)
+        return results
+
+    def foreach_actor_async_fetch_ready(
+        self,
+        func: Any,
+        tag: str | None = None,
+        *,
+        kwargs: dict | list[dict] | None = None,
+        timeout_seconds: float | None = 0.0,
+        return_obj_refs: bool = False,
+        mark_healthy: bool = False,
+        healthy_only: bool = True,
+        remote_actor_ids: list[int] | None = None,
+        ignore_ray_errors: bool = True,
+        return_actor_ids: bool = False,
+    ) -> list[Any]:
+        """Collect the ready results of ``tag``, then fire new calls; return the good results."""
+        results = self.fetch_ready_async_reqs(
+            tags=tag,
+            timeout_seconds=timeout_seconds,
+            return_obj_refs=return_obj_refs,
+            mark_healthy=mark_healthy,
+        )
+        self.foreach_actor_async(
+            func,
+            tag,
+            kwargs=kwargs,
+            healthy_only=healthy_only,
+            remote_actor_ids=remote_actor_ids,
+        )
+        self.handle_remote_call_result_errors(results, ignore_ray_errors=ignore_ray_errors)
+        if return_actor_ids:
+            return [(r.actor_id, r.get()) for r in results.ignore_errors()]
+        return [r.get() for r in results.ignore_errors()]
+
+    @staticmethod
+    def handle_remote_call_result_errors(
+        results_or_errors: RemoteCallResults, *, ignore_ray_errors: bool
+    ) -> None:
+        """Log each failed result if ``ignore_ray_errors``, else raise the first error."""
+        for result in results_or_errors:
+            if result.ok:
+                continue
+            if ignore_ray_errors:
+                logger.error("Remote call to actor %s failed: %s", result.actor_id, result.get())
+            else:
+                raise result.get()
+
+    # ------------------------------------------------------------------ probing
+    def probe_unhealthy_actors(
+        self, timeout_seconds: float | None = None, mark_healthy: bool = False
+    ) -> list[int]:
+        """Ping the unhealthy actors; return those that answer (and those restored before).
+
+        Actors that Ray reports as restarting or dead are not pinged (a ping to a
+        restarting actor only fails after a second). Without ``mark_healthy``
+        responsive actors are returned but stay unhealthy.
+        """
+        already = sorted(self._restored_actors)
+        unhealthy = [i for i, s in self._remote_actor_states.items() if not s.is_healthy]
+        candidates = [
+            i for i in unhealthy if actor_state_in_gcs(self._actors[i]) not in _NOT_SERVING
+        ]
+        just: list[int] = []
+        if candidates:
+            results = self.foreach_actor(
+                _ping,
+                remote_actor_ids=candidates,
+                healthy_only=False,
+                timeout_seconds=timeout_seconds,
+                mark_healthy=mark_healthy,
+            )
+            just = [r.actor_id for r in results if r.ok]
+        self._restored_actors.clear()
+        return already + [i for i in just if i not in already]
+
+    def __repr__(self) -> str:
+        return (
+            f"FaultTolerantActorManager({self.num_healthy_actors()}/{self.num_actors()} healthy, "
+            f"{self.num_outstanding_async_reqs()} in flight)"
+        )

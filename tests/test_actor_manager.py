@@ -1,0 +1,310 @@
+"""FaultTolerantActorManager on a real local Ray: the spec §18.6 properties, deterministically."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+
+import pytest
+import ray.cloudpickle as cloudpickle
+
+from envrunners.errors import ConfigError
+from envrunners.utils.actor_manager import (
+    CallResult,
+    FaultAwareApply,
+    FaultTolerantActorManager,
+    RemoteCallResults,
+    ResultOrError,
+)
+
+# Ray workers cannot import this test module by name: ship its classes by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class Actor(FaultAwareApply):
+    """Counts calls; can raise, die or hang on request."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.count = 0
+
+    def call(self) -> int:
+        self.count += 1
+        return self.count
+
+    def fail(self) -> None:
+        raise AttributeError(f"actor {self.index} was told to fail")
+
+    def die(self) -> None:
+        os._exit(1)
+
+    def slow(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def call(actor, **_):
+    return actor.call()
+
+
+def reset_count(actor) -> None:
+    actor.count = 0
+
+
+def make_manager(ray, n=4, **kwargs) -> FaultTolerantActorManager:
+    """A manager over ``n`` new actors (for tests that kill them)."""
+    cls = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(Actor)
+    actors = [cls.remote(i) for i in range(n)]
+    ray.get([a.ping.remote() for a in actors])  # built, so deadlines measure calls only
+    return FaultTolerantActorManager(actors=actors, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def shared_actors(ray_session):
+    """Four actors shared by the tests that do not kill them (actor start-up is slow)."""
+    cls = ray_session.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(Actor)
+    actors = [cls.remote(i) for i in range(4)]
+    ray_session.get([a.ping.remote() for a in actors])
+    yield actors
+    for a in actors:
+        ray_session.kill(a)
+
+
+@pytest.fixture
+def manager(ray_session, shared_actors):
+    ray_session.get([a.apply.remote(reset_count) for a in shared_actors])
+    return FaultTolerantActorManager(actors=shared_actors)
+
+
+# ---------------------------------------------------------------------- no Ray needed
+class TestResults:
+    def test_result_or_error(self):
+        ok = ResultOrError(result=None)
+        assert ok.ok and ok.get() is None
+        bad = ResultOrError(error=ValueError("x"))
+        assert not bad.ok and isinstance(bad.get(), ValueError)
+
+    def test_remote_call_results(self):
+        from ray.exceptions import RayError
+
+        results = RemoteCallResults()
+        results.add_result(0, ResultOrError(result=1), None)
+        results.add_result(1, ResultOrError(error=RayError("down")), "t")
+        results.add_result(2, ResultOrError(error=KeyError("k")), None)
+        assert len(results) == 3
+        assert [r.actor_id for r in results.ignore_errors()] == [0]
+        assert [r.actor_id for r in results.ignore_ray_errors()] == [0, 2]
+        assert isinstance(next(iter(results)), CallResult)
+
+    def test_bad_in_flight_limit(self):
+        with pytest.raises(ConfigError, match="must be >= 1"):
+            FaultTolerantActorManager(max_remote_requests_in_flight_per_actor=0)
+
+
+# ---------------------------------------------------------------------- sync calls
+class TestSyncCalls:
+    def test_results_in_call_order_and_repeats(self, manager):
+        res = manager.foreach_actor(call)
+        assert [r.actor_id for r in res] == [0, 1, 2, 3]
+        assert [r.get() for r in res] == [1, 1, 1, 1]
+        res = manager.foreach_actor(call, remote_actor_ids=[0, 0])
+        assert [r.get() for r in res] == [2, 3]
+        assert [r.get() for r in manager.foreach_actor("call", remote_actor_ids=[])] == [
+            4,
+            2,
+            2,
+            2,
+        ]
+
+    def test_healthy_only_and_list_of_funcs(self, manager):
+        manager.set_actor_state(1, healthy=False)
+        manager.set_actor_state(2, healthy=False)
+        funcs = [functools.partial(lambda i, a: i, i) for i in range(4)]
+        assert [r.get() for r in manager.foreach_actor(funcs)] == [0, 3]
+        with pytest.raises(AssertionError, match="same number of callables"):
+            manager.foreach_actor(funcs[:3])
+        assert len(manager.foreach_actor(call, healthy_only=False)) == 4
+
+    def test_unknown_ids(self, manager):
+        with pytest.raises(
+            ConfigError, match=r"Unknown actor id\(s\) \[7\]; known ids: \[0, 1, 2, 3\]"
+        ):
+            manager.foreach_actor(call, remote_actor_ids=[0, 7])
+        with pytest.raises(ValueError, match="Unknown actor id"):
+            manager.is_actor_healthy(9)
+        with pytest.raises(KeyError, match="9"):
+            manager.remove_actor(9)
+
+    def test_application_error_carries_id_and_type(self, ray_session, manager):
+        from ray.exceptions import RayTaskError
+
+        res = list(manager.foreach_actor("fail", remote_actor_ids=[1]))
+        err = res[0].get()
+        assert not res[0].ok
+        assert isinstance(err, AttributeError) and isinstance(err, RayTaskError)
+        assert "actor 1 raised AttributeError" in str(err)
+        assert "was told to fail" in str(err)
+        # RLlib's rule (default): any Ray error takes the actor out of service.
+        assert manager.healthy_actor_ids() == [0, 2, 3]
+        again = manager.foreach_actor("fail", remote_actor_ids=[0])
+        FaultTolerantActorManager.handle_remote_call_result_errors(again, ignore_ray_errors=True)
+        with pytest.raises(AttributeError):
+            FaultTolerantActorManager.handle_remote_call_result_errors(
+                again, ignore_ray_errors=False
+            )
+
+    def test_is_fault_keeps_actor_for_user_errors(self, shared_actors):
+        from ray.exceptions import RayTaskError
+
+        mgr = FaultTolerantActorManager(
+            shared_actors[:1], is_fault=lambda e: not isinstance(e, RayTaskError)
+        )
+        assert not next(iter(mgr.foreach_actor("fail"))).ok
+        assert mgr.num_healthy_actors() == 1
+
+    def test_fire_and_forget_still_executes(self, manager):
+        for _ in range(5):
+            manager.foreach_actor(call, timeout_seconds=0)
+        assert [r.get() for r in manager.foreach_actor(call)] == [6, 6, 6, 6]
+
+    def test_return_obj_refs(self, ray_session, manager):
+        res = manager.foreach_actor(call, return_obj_refs=True)
+        refs = [r.get() for r in res]
+        assert all(isinstance(r, ray_session.ObjectRef) for r in refs)
+        assert ray_session.get(refs) == [1, 1, 1, 1]
+
+    def test_timeout_drops_counts_and_kills_hung_actor(self, ray_session):
+        mgr = make_manager(ray_session, n=2, max_consecutive_timeouts=2)
+        try:
+            slow = [{"seconds": 0.0}, {"seconds": 60.0}]
+            res = mgr.foreach_actor("slow", kwargs=slow, timeout_seconds=0.5)
+            assert [r.actor_id for r in res] == [0]
+            assert mgr.num_timed_out_calls() == 1
+            assert mgr.is_actor_healthy(1)  # one miss is only a drop
+            res = mgr.foreach_actor(call, timeout_seconds=0.5)
+            assert [r.actor_id for r in res] == [0]
+            assert mgr.take_hung_actor_kills() == [1]
+            assert mgr.healthy_actor_ids() == [0]
+            # Ray restarts the killed actor; a probe brings it back.
+            assert wait_until(lambda: 1 in mgr.probe_unhealthy_actors(2.0, mark_healthy=True))
+            assert mgr.healthy_actor_ids() == [0, 1] and mgr.total_num_restarts() == 1
+        finally:
+            mgr.clear()
+
+
+# ---------------------------------------------------------------------- async calls
+class TestAsyncCalls:
+    def test_in_flight_limit_per_tag(self, manager):
+        assert manager.foreach_actor_async(call, remote_actor_ids=[0, 0]) == 2
+        assert manager.foreach_actor_async(call, remote_actor_ids=[0], healthy_only=False) == 0
+        assert manager.foreach_actor_async(call, "other", remote_actor_ids=[0]) == 1
+        assert manager.num_outstanding_async_reqs() == 3
+        assert manager.num_outstanding_async_reqs("other") == 1
+        res = manager.fetch_ready_async_reqs(timeout_seconds=None)
+        assert sorted(r.get() for r in res) == [1, 2, 3]
+        assert manager.num_outstanding_async_reqs() == 0
+
+    def test_tags(self, manager):
+        assert manager.foreach_actor_async("ping", "pingpong") == 4
+        assert manager.foreach_actor_async(call, "call") == 4
+        assert [
+            r.get() for r in manager.fetch_ready_async_reqs(tags="pingpong", timeout_seconds=None)
+        ] == ["pong"] * 4
+        assert [
+            r.get() for r in manager.fetch_ready_async_reqs(tags=["call"], timeout_seconds=None)
+        ] == [1] * 4
+        manager.foreach_actor_async(call)
+        manager.foreach_actor_async("ping")
+        res = manager.fetch_ready_async_reqs(timeout_seconds=None)
+        assert sorted(map(str, (r.get() for r in res))) == ["2"] * 4 + ["pong"] * 4
+        manager.foreach_actor_async(call, "call")
+        assert len(manager.fetch_ready_async_reqs(tags=["incorrect"], timeout_seconds=1)) == 0
+        res = manager.fetch_ready_async_reqs(tags=("pingpong", "call"), timeout_seconds=None)
+        assert [r.get() for r in res] == [3] * 4 and {r.tag for r in res} == {"call"}
+        with pytest.raises(ValueError, match="tags must be"):
+            manager.fetch_ready_async_reqs(tags=5)
+
+    def test_round_robin_uses_real_ids(self, ray_session):
+        cls = ray_session.remote(num_cpus=0)(Actor)
+        mgr = FaultTolerantActorManager(actors=[cls.remote(0), cls.remote(1)], init_id=1)
+        try:
+            sent = mgr.foreach_actor_async(call, "rr", kwargs=[{}, {}, {}])
+            assert sent == 3
+            ids = sorted(
+                r.actor_id for r in mgr.fetch_ready_async_reqs(tags="rr", timeout_seconds=None)
+            )
+            assert ids == [1, 1, 2]
+        finally:
+            mgr.clear()
+
+    def test_coalesced_calls_are_never_dropped(self, shared_actors):
+        mgr = FaultTolerantActorManager(
+            shared_actors[:1], max_remote_requests_in_flight_per_actor=1
+        )
+
+        def set_value(actor, value):
+            time.sleep(0.2)
+            actor.value = value
+            return value
+
+        for value in (1, 2, 3):
+            assert (
+                mgr.foreach_actor_async(set_value, "s", kwargs={"value": value}, coalesce=True) == 1
+            )
+        assert mgr.num_pending_calls("s") == 1  # 3 replaced 2
+        # The pending (newest) call goes out before any later call to that actor.
+        assert [r.get() for r in mgr.foreach_actor(lambda a: a.value)] == [3]
+        assert len(mgr.fetch_ready_async_reqs(tags="s", timeout_seconds=None)) == 2
+
+    def test_foreach_actor_async_fetch_ready(self, manager):
+        assert manager.foreach_actor_async_fetch_ready(call, "t") == []
+        got = manager.foreach_actor_async_fetch_ready(
+            call, "t", timeout_seconds=None, return_actor_ids=True
+        )
+        assert got == [(0, 1), (1, 1), (2, 1), (3, 1)]
+        assert manager.num_outstanding_async_reqs("t") == 4
+
+
+# ---------------------------------------------------------------------- health
+class TestHealth:
+    def test_death_probe_and_restart_count(self, ray_session):
+        mgr = make_manager(ray_session, n=2)
+        try:
+            res = list(mgr.foreach_actor("die", remote_actor_ids=[1]))
+            assert not res[0].ok and mgr.healthy_actor_ids() == [0]
+            # Without mark_healthy a responsive actor is reported but stays unhealthy.
+            assert wait_until(lambda: 1 in mgr.probe_unhealthy_actors(2.0))
+            assert mgr.num_healthy_actors() == 1
+            assert mgr.probe_unhealthy_actors(2.0, mark_healthy=True) == [1]
+            assert mgr.num_healthy_actors() == 2 and mgr.total_num_restarts() == 1
+        finally:
+            mgr.clear()
+
+    def test_set_state_probe_and_async_purge(self, manager):
+        manager.foreach_actor_async(call, "t")
+        manager.set_actor_state(2, healthy=False)
+        assert manager.num_outstanding_async_reqs("t") == 3
+        assert manager.probe_unhealthy_actors(mark_healthy=True) == [2]
+        assert manager.num_healthy_actors() == 4
+
+    def test_add_remove_clear_ids_continue(self, ray_session):
+        mgr = make_manager(ray_session, n=2)
+        handle = mgr.remove_actor(1)
+        assert mgr.actor_ids() == [0]
+        assert mgr.add_actors([handle]) == [2]
+        mgr.clear()
+        assert mgr.num_actors() == 0
+        with pytest.raises(ray_session.exceptions.RayActorError):
+            ray_session.get(handle.ping.remote(), timeout=30)
+        assert mgr.add_actors([handle]) == [3]
