@@ -1,0 +1,336 @@
+"""How ``EnvRunnerGroup`` tells faults from user errors, and brings runners back.
+
+Classification of a failed remote call:
+
+- the actor died or is unreachable (``RayActorError`` and other non-task Ray
+  errors): a **runner fault**; Ray restarts the process if restarts are left;
+- the call raised ``EnvRunnerError`` (env failure, failed ``set_state``): a
+  **runner fault**; the runner is rebuilt in place (no new process);
+- the call raised anything else: a **user error**; it is raised to the caller
+  and the runner stays in service.
+
+Restoring: an unhealthy runner that Ray reports alive gets one ``set_state``
+call with the last broadcast weights, connector states and lifetime step count
+(or the local runner's state if nothing was broadcast yet). The call's success
+is what puts the runner back into service, so no request reaches a restored
+runner before its state. Restores run in the background of every group call,
+and in ``probe_unhealthy_env_runners`` with a deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from typing import Any
+
+from envrunners.env import _group_state_sync as sync
+from envrunners.errors import EnvRunnerError
+from envrunners.utils._actor_results import remote_traceback_of
+from envrunners.utils.actor_manager import RemoteCallResults, actor_state_in_gcs
+
+__all__ = ["GroupRecovery"]
+
+logger = logging.getLogger("envrunners")
+
+_WAITING = ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY")
+_MAX_RESTORE_FAILURES = 3
+
+
+class GroupRecovery:
+    """Fault handling and state restore of ``EnvRunnerGroup`` (a private mixin)."""
+
+    _worker_manager: Any
+    _remote_config: Any
+    _local_env_runner: Any
+    _ctor_kwargs: dict[int, dict]
+    _ignore_ray_errors_on_env_runners: bool
+    _config_ref: Any
+
+    def _init_recovery(self) -> None:
+        #: runner id -> (ObjectRef of its restore call, state version, start time)
+        self._restore_calls: dict[int, tuple[Any, int, float]] = {}
+        self._given_up: set[int] = set()
+        self._restored_since_probe: list[int] = []
+        self._rebuilds: dict[int, int] = defaultdict(int)
+        self._fault_streak: dict[int, int] = defaultdict(int)
+        self._restore_failures: dict[int, int] = defaultdict(int)
+        if not hasattr(self, "_state_version"):
+            self._init_sync_memory()
+
+    def _init_sync_memory(self) -> None:
+        #: Bumped by every broadcast; a restore sent with an older version is redone.
+        self._state_version = 0
+        #: ``{"rl_module": ObjectRef, "weights_seq_no": n}`` of the last weight broadcast.
+        self._last_weights: dict | None = None
+        #: Connector states and lifetime steps of the last state broadcast.
+        self._last_runner_state: dict = {}
+        self._restore_cache: tuple[int, dict] | None = None
+
+    # ------------------------------------------------------------------ classification
+    @staticmethod
+    def _is_runner_fault(error: BaseException) -> bool:
+        """True for faults of the runner; False for errors of the user's function."""
+        from ray.exceptions import RayTaskError
+
+        if isinstance(error, RayTaskError):
+            return isinstance(getattr(error, "cause", None), EnvRunnerError)
+        return True
+
+    def _fault_error(self, actor_id: int, error: BaseException) -> EnvRunnerError:
+        from ray.exceptions import RayTaskError
+
+        cause = getattr(error, "cause", None) if isinstance(error, RayTaskError) else None
+        if isinstance(cause, EnvRunnerError):
+            what = str(cause).split("\n\nRemote traceback:", 1)[0]
+            text = what.split(": ", 1)[1] if what.startswith("env runner ") else what
+        else:
+            text = f"died or became unreachable ({type(error).__name__}: {str(error)[:300]})"
+        if self._remote_config.restart_failed_env_runners:
+            fix = ""
+        else:
+            fix = (
+                " Set config.fault_tolerance(restart_failed_env_runners=True) to restart "
+                "failed runners, or ignore_env_runner_failures=True to go on without them."
+            )
+        err = EnvRunnerError(
+            text.rstrip(".") + "." + fix,
+            runner_index=actor_id,
+            remote_traceback=remote_traceback_of(error),
+        )
+        err.__cause__ = error
+        return err
+
+    def _handle_errors(self, results: RemoteCallResults) -> None:
+        """Act on failed results: faults → restart/raise per config; user errors → raise."""
+        first: BaseException | None = None
+        for result in results:
+            if result.ok:
+                self._fault_streak.pop(result.actor_id, None)
+                continue
+            err = result.get()
+            if not self._is_runner_fault(err):
+                first = first or err
+                continue
+            self._after_fault(result.actor_id, err)
+            if self._ignore_ray_errors_on_env_runners:
+                logger.warning("env runner %d failed: %s", result.actor_id, str(err)[:2000])
+            elif first is None:
+                first = self._fault_error(result.actor_id, err)
+        for actor_id in self._worker_manager.take_hung_actor_kills():
+            if first is None and not self._ignore_ray_errors_on_env_runners:
+                first = EnvRunnerError(
+                    "missed num_consecutive_env_runner_failures_tolerance="
+                    f"{self._remote_config.num_consecutive_env_runner_failures_tolerance} "
+                    "deadlines in a row; it was killed as hung.",
+                    runner_index=actor_id,
+                )
+        if first is not None:
+            raise first
+
+    def _after_fault(self, actor_id: int, error: BaseException) -> None:
+        """Restart (rebuild) a failed runner, or take it out for good, per the config."""
+        import ray
+        from ray.exceptions import RayTaskError
+
+        config = self._remote_config
+        manager = self._worker_manager
+        if actor_id not in manager.actors():
+            return
+        handle = manager.get_actor(actor_id)
+        alive = isinstance(error, RayTaskError)  # the call failed, the process did not
+        if manager.is_actor_healthy(actor_id):
+            manager.set_actor_state(actor_id, healthy=False)
+        if not config.restart_failed_env_runners:
+            if alive:
+                ray.kill(handle, no_restart=True)
+            self._given_up.add(actor_id)
+            return
+        if not alive:
+            return  # Ray restarts the process (max_restarts)
+        self._rebuilds[actor_id] += 1
+        limit = int(config.max_num_env_runner_restarts)
+        if 0 <= limit < self._rebuilds[actor_id]:
+            logger.error(
+                "env runner %d failed again after max_num_env_runner_restarts=%d restarts; "
+                "taking it out of service for good.",
+                actor_id,
+                limit,
+            )
+            ray.kill(handle, no_restart=True)
+            self._given_up.add(actor_id)
+            return
+        self._fault_streak[actor_id] += 1
+        delay = 0.0
+        if self._fault_streak[actor_id] > 1:
+            delay = float(config.delay_between_env_runner_restarts_s)
+        kwargs = self._ctor_kwargs.get(actor_id)
+        self._restore_calls.pop(actor_id, None)
+        if kwargs is None:  # not built by this group (reset()): restart the process
+            ray.kill(handle, no_restart=False)
+            return
+        handle.apply.remote(
+            sync.rebuild_runner, config=self._config_ref(), ctor_kwargs=kwargs, delay_s=delay
+        )
+
+    # ------------------------------------------------------------------ restore
+    def _restore_state(self) -> dict:
+        """The state a restored runner gets (cached per broadcast version)."""
+        if self._restore_cache is not None and self._restore_cache[0] == self._state_version:
+            return self._restore_cache[1]
+        import ray
+
+        state: dict[str, Any] = dict(self._last_runner_state)
+        if self._last_weights is not None:
+            state.update(self._last_weights)
+        elif self._local_env_runner is not None:
+            try:
+                local_state = self._local_env_runner.get_state()
+            except AttributeError:  # a local runner without module
+                local_state = self._local_env_runner.get_state(not_components=sync.RL_MODULE)
+            for key, value in local_state.items():
+                state.setdefault(key, value)
+        else:
+            peer = self._peer_module_state()
+            if peer is not None:
+                state.update(peer)
+        if sync.RL_MODULE in state and not sync._is_ref(state[sync.RL_MODULE]):
+            state[sync.RL_MODULE] = ray.put(state[sync.RL_MODULE])
+        self._restore_cache = (self._state_version, state)
+        return state
+
+    def _peer_module_state(self) -> dict | None:
+        """Weights of a healthy remote runner (used when nothing was broadcast yet)."""
+        healthy = self._worker_manager.healthy_actor_ids()
+        if not healthy:
+            return None
+        timeout = float(self._remote_config.env_runner_restore_timeout_s)
+        results = self._worker_manager.foreach_actor(
+            sync.module_state, remote_actor_ids=healthy[:1], timeout_seconds=timeout
+        )
+        for r in results.ignore_errors():
+            return r.get()
+        return None
+
+    def _fire_restore(self, actor_id: int) -> None:
+        handle = self._worker_manager.get_actor(actor_id)
+        ref = handle.apply.remote(sync.apply_state, state=self._restore_state())
+        self._restore_calls[actor_id] = (ref, self._state_version, time.monotonic())
+
+    def _poll_restores(self, timeout: float | None = 0.0, *, only: list[int] | None = None) -> None:
+        """Send restore calls to unhealthy runners Ray reports alive; finish the done ones."""
+        import ray
+        from ray.exceptions import RayError
+
+        manager = self._worker_manager
+        for actor_id in only if only is not None else manager.actor_ids():
+            if (
+                actor_id in self._restore_calls
+                or actor_id in self._given_up
+                or manager.is_actor_healthy(actor_id)
+            ):
+                continue
+            gcs = None if only is not None else actor_state_in_gcs(manager.get_actor(actor_id))
+            if gcs == "DEAD":
+                logger.error("env runner %d is dead and cannot be restarted.", actor_id)
+                self._given_up.add(actor_id)
+                continue
+            if gcs in _WAITING:
+                continue
+            self._fire_restore(actor_id)
+        if not self._restore_calls:
+            return
+        refs = {ref: actor_id for actor_id, (ref, _, _) in self._restore_calls.items()}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        for ref in ready:
+            actor_id = refs[ref]
+            _, version, _ = self._restore_calls.pop(actor_id)
+            if actor_id not in manager.actors():
+                continue
+            try:
+                ray.get(ref)
+            except RayError as err:
+                self._restore_failures[actor_id] += 1
+                logger.warning("Restoring env runner %d failed: %s", actor_id, str(err)[:500])
+                if self._restore_failures[actor_id] >= _MAX_RESTORE_FAILURES:
+                    self._after_fault(actor_id, err)
+                    self._restore_failures[actor_id] = 0
+                continue
+            if version < self._state_version:
+                self._fire_restore(actor_id)  # a newer broadcast happened meanwhile
+                continue
+            self._restore_failures.pop(actor_id, None)
+            manager.mark_actor_restored(actor_id)
+            self._restored_since_probe.append(actor_id)
+            logger.info("env runner %d is restored (with the latest state).", actor_id)
+        limit = float(self._remote_config.env_runner_restore_timeout_s)
+        now = time.monotonic()
+        for actor_id, (_, _, started) in list(self._restore_calls.items()):
+            if now - started > limit:
+                logger.error(
+                    "env runner %d did not finish restoring within env_runner_restore_timeout_s"
+                    "=%ss; killing it as hung.",
+                    actor_id,
+                    limit,
+                )
+                del self._restore_calls[actor_id]
+                ray.kill(manager.get_actor(actor_id), no_restart=False)
+
+    def _restore_now(self, actor_ids: list[int]) -> None:
+        """Push state to runners that answered a ``mark_healthy`` call; wait for it."""
+        manager = self._worker_manager
+        for actor_id in actor_ids:
+            if manager.is_actor_healthy(actor_id):
+                manager.set_actor_state(actor_id, healthy=False)
+        self._given_up.difference_update(actor_ids)
+        timeout = float(self._remote_config.env_runner_restore_timeout_s)
+        self._poll_restores(timeout, only=list(actor_ids))
+
+    def _maintain(self) -> None:
+        """Collect finished internal pushes and move restores along (never blocks)."""
+        manager = self._worker_manager
+        if any(
+            manager.num_outstanding_async_reqs(t) for t in ("__sync_weights__", "__sync_states__")
+        ):
+            results = manager.fetch_ready_async_reqs(
+                tags=["__sync_weights__", "__sync_states__"], timeout_seconds=0
+            )
+            self._handle_errors(results)
+        auto = bool(self._remote_config.restart_failed_env_runners)
+        if self._restore_calls or (auto and manager.num_healthy_actors() < manager.num_actors()):
+            self._poll_restores(0.0)
+
+    def probe_unhealthy_env_runners(self, timeout_seconds: float | None = None) -> list[int]:
+        """Restore the unhealthy runners that are alive again; return the restored ids.
+
+        Each one gets the latest weights, connector states and lifetime step count
+        before it is marked healthy. The result also holds runners the group
+        restored on its own since the last probe. Runners Ray is still restarting
+        are not waited for; probe again later.
+
+        Args:
+            timeout_seconds: How long to wait for the restore calls (default
+                ``env_runner_health_probe_timeout_s``).
+        """
+        if timeout_seconds is None:
+            timeout_seconds = float(self._remote_config.env_runner_health_probe_timeout_s)
+        if self._worker_manager.num_actors():
+            self._maintain()
+            self._poll_restores(timeout_seconds)
+        restored, self._restored_since_probe = self._restored_since_probe, []
+        return restored
+
+    def _await_healthy(self, timeout_seconds: float) -> bool:
+        """Wait (with a deadline) until at least one remote runner is healthy."""
+        manager = self._worker_manager
+        deadline = time.monotonic() + timeout_seconds
+        while manager.num_healthy_actors() == 0:
+            if all(i in self._given_up for i in manager.actor_ids()):
+                return False
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._poll_restores(min(remaining, 0.05))
+            if not self._restore_calls:
+                time.sleep(min(max(remaining, 0.0), 0.02))
+        return True

@@ -1,0 +1,160 @@
+"""Ray plumbing for ``EnvRunnerGroup``: start or join Ray, pick the runner class, make actors.
+
+Why a module of its own: the group must work without Ray (``num_env_runners=0``),
+join a cluster when there is one (``RAY_ADDRESS`` or an initialised Ray), and
+otherwise start an embedded local Ray that it shuts down again when the last
+group that needed it stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+from typing import Any
+
+from envrunners.errors import ConfigError
+
+__all__ = ["acquire_ray", "default_runner_class", "make_remote_class", "release_ray"]
+
+logger = logging.getLogger("envrunners")
+
+_lock = threading.Lock()
+_owned = {"refs": 0, "started": False}
+
+#: System config of the embedded Ray: a task to a killed actor fails after 0.1 s
+#: (Ray's default waits 1 s for the death details), so faults are seen sooner.
+EMBEDDED_SYSTEM_CONFIG = {"timeout_ms_task_wait_for_death_info": 100}
+
+
+def acquire_ray(num_cpus_needed: float) -> bool:
+    """Make sure Ray is up; return True if this call took a reference on a Ray we manage.
+
+    Reuses an initialised Ray, joins ``RAY_ADDRESS`` if set, else starts a local
+    Ray bound to this machine with enough CPUs for the runners. Each True return
+    must be paired with one ``release_ray()``.
+    """
+    import ray
+
+    with _lock:
+        if ray.is_initialized():
+            if _owned["refs"] > 0:
+                _owned["refs"] += 1
+                return True
+            return False
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            logger.info("Joining the Ray cluster at RAY_ADDRESS=%s.", address)
+            ray.init(address=address, ignore_reinit_error=True)
+        else:
+            num_cpus = max(2, os.cpu_count() or 2, math.ceil(num_cpus_needed))
+            logger.info("Starting a local Ray with num_cpus=%d for the env runners.", num_cpus)
+            ray.init(
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                ignore_reinit_error=True,
+                _system_config=dict(EMBEDDED_SYSTEM_CONFIG),
+            )
+        _owned["refs"] = 1
+        _owned["started"] = True
+        return True
+
+
+def release_ray() -> None:
+    """Drop one reference taken by ``acquire_ray``; shut Ray down at the last one."""
+    import ray
+
+    with _lock:
+        if _owned["refs"] <= 0:
+            return
+        _owned["refs"] -= 1
+        if _owned["refs"] == 0 and _owned["started"]:
+            _owned["started"] = False
+            if ray.is_initialized():
+                ray.shutdown()
+
+
+def default_runner_class(config: Any) -> type:
+    """RLlib's choice of runner class when ``config.env_runner_cls`` is None."""
+    if config.env_runner_cls is not None:
+        return config.env_runner_cls
+    multi_agent = bool(config.is_multi_agent)
+    if config.enable_env_runner_and_connector_v2:
+        if getattr(config, "output", None):
+            if multi_agent:
+                raise ValueError("Multi-agent recording is not supported, yet.")
+            raise ConfigError(
+                "config.output is set, but envrunners has no OfflineSingleAgentEnvRunner; "
+                "record with the old stack (api_stack(enable_env_runner_and_connector_v2="
+                "False)) or unset output."
+            )
+        if multi_agent:
+            from envrunners.env.multi_agent_env_runner import MultiAgentEnvRunner
+
+            return MultiAgentEnvRunner
+        from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+
+        return SingleAgentEnvRunner
+    from envrunners.evaluation.rollout_worker import RolloutWorker
+
+    return RolloutWorker
+
+
+def remote_options(config: Any) -> dict[str, Any]:
+    """``ray.remote`` options of one runner actor, from the config."""
+    restarts = int(config.max_num_env_runner_restarts) if config.restart_failed_env_runners else 0
+    options: dict[str, Any] = {
+        "num_cpus": config.num_cpus_per_env_runner,
+        "num_gpus": config.num_gpus_per_env_runner,
+        "max_restarts": restarts,
+        "max_task_retries": 0,
+    }
+    if config.custom_resources_per_env_runner:
+        options["resources"] = dict(config.custom_resources_per_env_runner)
+    return options
+
+
+def make_remote_class(runner_cls: type, config: Any) -> Any:
+    """The Ray actor class of ``runner_cls`` with the config's resources and restarts."""
+    import ray
+
+    return ray.remote(**remote_options(config))(runner_cls)
+
+
+def placement_options(pg_offset: int, worker_index: int) -> dict[str, Any]:
+    """Schedule into the current placement group (e.g. a Tune trial's), if there is one."""
+    from ray.util import get_current_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = get_current_placement_group()
+    if group is None:
+        return {}
+    return {
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            placement_group=group,
+            placement_group_bundle_index=pg_offset + worker_index,
+            placement_group_capture_child_tasks=True,
+        )
+    }
+
+
+def check_resources(config: Any, num_new: int) -> None:
+    """Warn when the cluster is too small to place ``num_new`` more runners."""
+    import ray
+
+    try:
+        total = ray.available_resources().get("CPU", 0.0)
+    except Exception:  # pragma: no cover - best effort only
+        return
+    need = num_new * float(config.num_cpus_per_env_runner)
+    if need > total:
+        logger.warning(
+            "%d env runners x num_cpus_per_env_runner=%s need %.1f CPUs, but the Ray "
+            "cluster has %.1f free: some runners will wait for CPUs. Lower "
+            "num_cpus_per_env_runner (fractions are fine) or num_env_runners.",
+            num_new,
+            config.num_cpus_per_env_runner,
+            need,
+            total,
+        )

@@ -1,0 +1,179 @@
+"""``synchronous_parallel_sample`` (``ray.rllib.execution.rollout_ops``).
+
+Samples from all healthy remote runners of a group in rounds until the requested
+number of steps is collected. Unlike RLlib, a runner that fails or is killed
+mid-round does not shrink the batch: the group takes it out, the other runners
+are asked again, and the failed one rejoins (with the latest state) as soon as it
+is restored. A round in which no runner answers within ``sample_timeout_s`` is an
+explicit ``EnvRunnerError`` when nothing was collected (never an empty batch).
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+from envrunners.errors import ConfigError, EnvRunnerError
+
+__all__ = ["synchronous_parallel_sample"]
+
+logger = logging.getLogger("envrunners")
+
+
+def _sample_on_runner(runner: Any, *, random_actions: bool, with_metrics: bool) -> Any:
+    """Runner side: ``sample()`` (+ ``get_metrics()``); any failure is a runner fault."""
+    try:
+        samples = runner.sample(random_actions=True) if random_actions else runner.sample()
+        if with_metrics:
+            return samples, runner.get_metrics()
+        return samples
+    except EnvRunnerError:
+        raise
+    except Exception as err:
+        raise EnvRunnerError(
+            f"sample() raised {err!r}",
+            runner_index=getattr(runner, "worker_index", None),
+            remote_traceback=traceback.format_exc(),
+        ) from err
+
+
+def _count(samples: Any, agent_steps: bool) -> int:
+    """Env (or agent) steps in a list of episodes or in a (multi-agent) batch."""
+    if isinstance(samples, list):
+        total = 0
+        for episode in samples:
+            if agent_steps and hasattr(episode, "agent_steps"):
+                total += episode.agent_steps()
+            elif hasattr(episode, "env_steps"):
+                total += episode.env_steps()
+            else:
+                total += len(episode)
+        return total
+    if agent_steps and hasattr(samples, "agent_steps"):
+        return samples.agent_steps()
+    if hasattr(samples, "env_steps"):
+        return samples.env_steps()
+    return len(samples)
+
+
+def _concat(samples: list[Any]) -> Any:
+    if not samples:
+        return []
+    if isinstance(samples[0], list):
+        return [episode for chunk in samples for episode in chunk]
+    from envrunners.policy.sample_batch import concat_samples
+
+    return concat_samples(samples)
+
+
+def synchronous_parallel_sample(
+    *,
+    worker_set: Any,
+    max_agent_steps: int | None = None,
+    max_env_steps: int | None = None,
+    concat: bool = True,
+    sample_timeout_s: float | None = None,
+    random_actions: bool = False,
+    _uses_new_env_runners: bool = False,
+    _return_metrics: bool = False,
+) -> Any:
+    """Sample from the group's runners until ``max_env_steps`` (or agent steps) are collected.
+
+    Without a maximum, one round is sampled. Each round asks every healthy remote
+    runner for one ``sample()`` (or the local runner, when there are no remote
+    ones); once the maximum is reached the rest of that round is discarded.
+
+    Args:
+        worker_set: The ``EnvRunnerGroup``.
+        max_agent_steps: Stop after this many agent steps.
+        max_env_steps: Stop after this many env steps.
+        concat: Flatten the episode lists (new stack) / concatenate the batches.
+        sample_timeout_s: Deadline per round (None: the group's
+            ``config.sample_timeout_s``); late runners' samples are dropped.
+        random_actions: Sample with random actions.
+        _uses_new_env_runners: Accepted for RLlib compatibility (detected anyway).
+        _return_metrics: Also return each runner's ``get_metrics()``.
+
+    Returns:
+        The samples (a list of episodes, a batch, or per-runner lists if not
+        ``concat``), and with ``_return_metrics`` a tuple ``(samples, metrics)``.
+
+    Raises:
+        ConfigError: Both maxima were given.
+        EnvRunnerError: No runner delivered anything (all failed, dead or late),
+            or a runner failed and failures are not ignored.
+    """
+    if max_agent_steps and max_env_steps:
+        raise ConfigError(
+            "synchronous_parallel_sample(): give max_agent_steps or max_env_steps, not both "
+            f"(got {max_agent_steps} and {max_env_steps})."
+        )
+    limit = max_agent_steps or max_env_steps
+    count_agents = bool(max_agent_steps)
+    samples: list[Any] = []
+    metrics: list[Any] = []
+    steps = 0
+    while (limit is None and steps == 0) or (limit is not None and steps < limit):
+        if worker_set.num_remote_env_runners() == 0:
+            local = worker_set.local_env_runner
+            chunk = local.sample(random_actions=True) if random_actions else local.sample()
+            round_results = [(chunk, local.get_metrics()) if _return_metrics else chunk]
+        else:
+            round_results = _remote_round(
+                worker_set, random_actions, _return_metrics, sample_timeout_s, bool(samples)
+            )
+            if round_results is None:
+                logger.warning(
+                    "synchronous_parallel_sample(): returning %d of the %s steps asked for; "
+                    "see the errors above.",
+                    steps,
+                    limit,
+                )
+                break
+        for result in round_results:
+            chunk, stats = result if _return_metrics else (result, None)
+            steps += _count(chunk, count_agents)
+            samples.append(chunk)
+            metrics.append(stats)
+            if limit is not None and steps >= limit:
+                break
+    data = _concat(samples) if concat else samples
+    return (data, metrics) if _return_metrics else data
+
+
+def _remote_round(
+    group: Any, random_actions: bool, with_metrics: bool, timeout: float | None, have_data: bool
+) -> list[Any] | None:
+    """One sampling round over the healthy remote runners (None: stop with what we have)."""
+    config = group._remote_config
+    if group.num_healthy_remote_env_runners() == 0:
+        wait = float(config.env_runner_health_probe_timeout_s)
+        if not (config.restart_failed_env_runners and group._await_healthy(wait)):
+            if have_data:
+                return None
+            raise EnvRunnerError(
+                f"No healthy remote env runners left (0 of {group.num_remote_env_runners()}; "
+                f"none restored within env_runner_health_probe_timeout_s={wait}s). Enable "
+                "restart_failed_env_runners, or check the runners' logs."
+            )
+    asked = group.healthy_env_runner_ids()
+    results = group.foreach_env_runner(
+        _sample_on_runner,
+        kwargs={"random_actions": random_actions, "with_metrics": with_metrics},
+        local_env_runner=False,
+        timeout_seconds=timeout,
+    )
+    if results:
+        return results
+    if group.num_healthy_remote_env_runners() < len(asked):
+        return []  # runners failed this round: the next round waits for restored ones
+    if have_data:
+        return None
+    raise EnvRunnerError(
+        f"No samples returned from remote env runners {asked} within sample_timeout_s="
+        f"{timeout if timeout is not None else config.sample_timeout_s}s; they are slow or "
+        "hung (num_env_runners_dropped_lifetime="
+        f"{group.num_env_runners_dropped_lifetime()}). Raise sample_timeout_s, or lower "
+        "rollout_fragment_length / num_envs_per_env_runner."
+    )
