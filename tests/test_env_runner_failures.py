@@ -1,0 +1,263 @@
+"""EnvRunnerGroup fault tolerance with real faults: killed, crashing and hung runners.
+
+Every test bounds its waits; none sleeps without a deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import ray.cloudpickle
+
+from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.env.env_runner_group import EnvRunnerGroup
+from envrunners.errors import EnvRunnerError
+from envrunners.execution.rollout_ops import synchronous_parallel_sample
+
+# Ray workers cannot import this test module by name: ship its classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class FaultyEnv(gym.Env):
+    """A 10-step episode env that raises or hangs in ``step`` on one runner, once.
+
+    ``env_config``: ``bad_worker`` (the runner index that misbehaves), ``mode``
+    (``"raise"`` or ``"hang"``), ``at_step`` (which step of that runner), and
+    ``marker`` (a file created at the fault, so that restarted or rebuilt
+    runners behave).
+    """
+
+    def __init__(self, config):
+        self.worker_index = getattr(config, "worker_index", 0)
+        self.vector_index = getattr(config, "vector_index", 0)
+        self.cfg = dict(config)
+        self.observation_space = gym.spaces.Box(-10.0, 10.0, shape=(2,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.full(2, float(self.worker_index), np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.steps += 1
+        cfg = self.cfg
+        marker = Path(cfg["marker"]) if cfg.get("marker") else None
+        if (
+            self.worker_index == cfg.get("bad_worker")
+            and self.vector_index == 0
+            and self.steps == cfg.get("at_step", 3)
+            and marker is not None
+            and not marker.exists()
+        ):
+            marker.write_text(str(os.getpid()))
+            if cfg.get("mode", "raise") == "hang":
+                time.sleep(3600)
+            raise ValueError(f"injected env failure on runner {self.worker_index}")
+        obs = np.full(2, float(self.worker_index) + self.t / 10.0, np.float32)
+        return obs, 1.0, self.t >= 10, False, {}
+
+
+def make_config(tmp_path, n=2, **fault_tolerance):
+    env_runner_kw = {
+        k: fault_tolerance.pop(k)
+        for k in ("observation_filter", "sample_timeout_s")
+        if k in fault_tolerance
+    }
+    env_config = fault_tolerance.pop("env_config", {})
+    return (
+        AlgorithmConfig()
+        .environment(FaultyEnv, env_config={"marker": str(tmp_path / "fault"), **env_config})
+        .env_runners(
+            num_env_runners=n,
+            num_cpus_per_env_runner=0,
+            num_envs_per_env_runner=2,
+            rollout_fragment_length=20,
+            **env_runner_kw,
+        )
+        .fault_tolerance(delay_between_env_runner_restarts_s=0.0, **fault_tolerance)
+        .debugging(seed=0)
+    )
+
+
+def wait_until(predicate, timeout: float = 60.0, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def weights_of(runner) -> dict:
+    return runner.get_state(components="rl_module")["rl_module"]
+
+
+def steps(episodes) -> int:
+    return sum(len(e) for e in episodes)
+
+
+def test_killed_runner_is_restored_with_weights_filter_and_steps(ray_session, tmp_path):
+    """SIGKILL and ray.kill: probe restores the runner with the learner's exact state."""
+    config = make_config(tmp_path, observation_filter="MeanStdFilter")
+    with EnvRunnerGroup(config=config) as group:
+        local = group.local_env_runner
+        synchronous_parallel_sample(worker_set=group, max_env_steps=100)
+        group.sync_env_runner_states(config=config, env_steps_sampled=4321)
+        learner = {k: np.asarray(v) * 0 + 0.25 for k, v in weights_of(local).items()}
+        local.set_state({"rl_module": learner, "weights_seq_no": 9})
+        group.sync_weights(timeout_seconds=None)
+        merged = local.get_state(components="env_to_module_connector")["env_to_module_connector"]
+
+        for kill in ("sigkill", "ray.kill"):
+            pid = group.foreach_env_runner(lambda w: os.getpid(), remote_worker_ids=[1])[-1]
+            if kill == "sigkill":
+                os.kill(pid, signal.SIGKILL)
+            else:
+                ray_session.kill(group.remote_workers()[0], no_restart=False)
+            # The next call finds it dead: out of service, the other runner answers.
+            assert wait_until(
+                lambda: (
+                    group.foreach_env_runner(lambda w: 1, local_env_runner=False) == [1]
+                    or group.num_healthy_remote_env_runners() == 1
+                ),
+                timeout=30,
+            )
+            restored: list[int] = []
+
+            def runner_1_restored(restored=restored) -> bool:
+                restored.extend(group.probe_unhealthy_env_runners(timeout_seconds=1.0))
+                return 1 in restored
+
+            assert wait_until(
+                runner_1_restored,
+                timeout=60,
+            ), f"runner 1 not restored after {kill}"
+            state, seq, new_pid = group.foreach_env_runner(
+                lambda w: (w.get_state(), w._weights_seq_no, os.getpid()), remote_worker_ids=[1]
+            )[-1]
+            assert new_pid != pid
+            assert seq == 9
+            for key, value in state["rl_module"].items():
+                np.testing.assert_array_equal(value, learner[key])
+            assert state["num_env_steps_sampled_lifetime"] == 4321
+            assert _same(state["env_to_module_connector"], merged)
+        assert group.num_remote_worker_restarts() == 2
+        assert group.num_healthy_remote_env_runners() == 2
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b))
+    return a == b
+
+
+def test_env_error_without_any_restart_is_raised_with_index_and_traceback(ray_session, tmp_path):
+    config = make_config(
+        tmp_path,
+        n=1,
+        env_config={"bad_worker": 1},
+        restart_failed_env_runners=False,
+        ignore_env_runner_failures=False,
+    )
+    with EnvRunnerGroup(config=config) as group:
+        with pytest.raises(EnvRunnerError, match="env runner 1:") as info:
+            synchronous_parallel_sample(worker_set=group, max_env_steps=200)
+        assert info.value.runner_index == 1
+        assert "injected env failure on runner 1" in info.value.remote_traceback
+        assert group.healthy_env_runner_ids() == []
+
+
+def test_env_error_with_sub_env_restart_keeps_runner(ray_session, tmp_path):
+    config = make_config(
+        tmp_path, n=1, env_config={"bad_worker": 1}, restart_failed_sub_environments=True
+    )
+    with EnvRunnerGroup(config=config) as group:
+        episodes = synchronous_parallel_sample(worker_set=group, max_env_steps=200)
+        assert steps(episodes) >= 200
+        assert (tmp_path / "fault").exists()  # the fault did happen
+        assert group.num_healthy_remote_env_runners() == 1
+        assert group.num_remote_worker_restarts() == 0
+
+
+def test_env_error_rebuilds_runner_in_place_and_batch_is_full(ray_session, tmp_path):
+    config = make_config(tmp_path, env_config={"bad_worker": 1})  # restart_failed_env_runners
+    with EnvRunnerGroup(config=config) as group:
+        pid = group.foreach_env_runner(lambda w: os.getpid(), remote_worker_ids=[1])[-1]
+        start = time.monotonic()
+        episodes = synchronous_parallel_sample(worker_set=group, max_env_steps=400)
+        assert steps(episodes) >= 400  # the failed runner did not shrink the batch
+        assert (tmp_path / "fault").exists()
+        assert wait_until(lambda: group.num_healthy_remote_env_runners() == 2, timeout=10)
+        assert time.monotonic() - start < 10
+        assert group.probe_unhealthy_env_runners() == [1]
+        assert group.num_remote_worker_restarts() == 1
+        # Rebuilt in the same process (no process restart needed).
+        assert group.foreach_env_runner(lambda w: os.getpid(), remote_worker_ids=[1])[-1] == pid
+
+
+def test_ignore_without_restart_goes_on_with_healthy_runners(ray_session, tmp_path):
+    config = make_config(
+        tmp_path,
+        env_config={"bad_worker": 2},
+        restart_failed_env_runners=False,
+        ignore_env_runner_failures=True,
+    )
+    with EnvRunnerGroup(config=config) as group:
+        episodes = synchronous_parallel_sample(worker_set=group, max_env_steps=300)
+        assert steps(episodes) >= 300
+        assert group.healthy_env_runner_ids() == [1]
+        assert group.probe_unhealthy_env_runners(timeout_seconds=1.0) == []
+
+
+@pytest.mark.timeout(120)
+def test_hung_runner_is_detected_killed_and_restarted(ray_session, tmp_path):
+    config = make_config(
+        tmp_path,
+        env_config={"bad_worker": 2, "mode": "hang"},
+        sample_timeout_s=2.0,
+        num_consecutive_env_runner_failures_tolerance=1,
+        env_runner_health_probe_timeout_s=5.0,
+    )
+    with EnvRunnerGroup(config=config) as group:
+        start = time.monotonic()
+        episodes = synchronous_parallel_sample(worker_set=group, max_env_steps=300)
+        elapsed = time.monotonic() - start
+        assert steps(episodes) >= 300
+        assert (tmp_path / "fault").exists()
+        assert group._worker_manager.num_hung_actor_kills() == 1
+        assert group.num_env_runners_dropped_lifetime() >= 1
+        assert elapsed < 30, f"the driver waited {elapsed:.1f}s"
+        restored: list[int] = []
+        assert wait_until(
+            lambda: (
+                restored.extend(group.probe_unhealthy_env_runners(timeout_seconds=1.0))
+                or group.num_healthy_remote_env_runners() == 2
+            ),
+            timeout=60,
+        )
+        assert group.foreach_env_runner(lambda w: w.worker_index, local_env_runner=False) == [1, 2]
+
+
+def test_constructor_failure_reraises_the_original_exception(ray_session, tmp_path):
+    def broken_env(ctx):
+        raise RuntimeError("no simulator license")
+
+    config = make_config(tmp_path, n=1, restart_failed_env_runners=False)
+    config.environment(broken_env)
+    with pytest.raises(RuntimeError, match="no simulator license"):
+        EnvRunnerGroup(config=config)
