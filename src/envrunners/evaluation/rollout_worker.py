@@ -361,6 +361,10 @@ class RolloutWorker(WorkerAPIMixin, ParallelIteratorWorker, EnvRunner):
         elif self.env is not None:
             close_quietly(self.env)
 
+    def apply(self, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """``func(self, *args, **kwargs)``; ``func`` is positional-only, so kwargs may use any name."""
+        return func(self, *args, **kwargs)
+
     def lock(self) -> None:
         """Acquire this worker's lock."""
         self._lock.acquire()
