@@ -654,3 +654,44 @@ def test_setup_torch_data_parallel_two_workers(ray_session):
     finally:
         for w in workers:
             ray.kill(w)
+
+
+def test_output_writer_and_offline_input(tmp_path):
+    out_dir = tmp_path / "out"
+    config = (
+        AlgorithmConfig().env_runners(rollout_fragment_length=10).offline_data(output=str(out_dir))
+    )
+    writer = RolloutWorker(
+        env_creator=lambda _: MockEnv(10), config=config, default_policy_class=MockPolicy
+    )
+    written = [writer.sample() for _ in range(3)]
+    writer.stop()
+    assert any(out_dir.iterdir())
+    config = (
+        AlgorithmConfig()
+        .env_runners(rollout_fragment_length=10)
+        .offline_data(input_=str(out_dir))
+        .environment(observation_space=Box(-1e6, 1e6, (1,), np.float32), action_space=Discrete(2))
+    )
+    reader = RolloutWorker(
+        env_creator=lambda _: MockEnv(10), config=config, default_policy_class=MockPolicy
+    )
+    batch = reader.sample()
+    assert batch.count >= 10
+    seen = {tuple(b["eps_id"]) for b in written}
+    assert tuple(batch["eps_id"][:10]) in seen
+
+
+def test_fake_sampler_and_compression():
+    config = (
+        AlgorithmConfig()
+        .env_runners(rollout_fragment_length=10, compress_observations=True)
+        .debugging(fake_sampler=True)
+    )
+    worker = RolloutWorker(
+        env_creator=lambda _: MockEnv(10), config=config, default_policy_class=MockPolicy
+    )
+    first = worker.sample()
+    assert worker.sample() is first
+    first.decompress_if_needed()
+    assert first["obs"].shape == (10, 1)

@@ -18,7 +18,7 @@ from envrunners.env.runner_setup import torch_threads
 from envrunners.errors import UnknownPolicyError, suggest
 from envrunners.evaluation.episode_to_batch import episode_to_sample_batch
 from envrunners.evaluation.metrics import RolloutMetrics
-from envrunners.evaluation.sampler import _action_transform, clip_batch_rewards
+from envrunners.evaluation.sampler import _action_transform, clip_batch_rewards, wants_prev
 from envrunners.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 from envrunners.sampling.multi_agent import MultiAgentSampler as _CoreSampler
 
@@ -161,7 +161,10 @@ class MultiAgentSampler:
             if len(sa) == 0:
                 continue
             idx = index.setdefault(aid, len(index))
-            batch = episode_to_sample_batch(sa, env_id=env_id, agent_index=idx, eps_id=episode.id_)
+            prev = wants_prev(self.worker.policy_map[sa.module_id])
+            batch = episode_to_sample_batch(
+                sa, env_id=env_id, agent_index=idx, eps_id=episode.id_, with_prev=prev
+            )
             out[aid] = (sa.module_id, batch)
         return out
 

@@ -355,11 +355,14 @@ class RolloutWorker(WorkerAPIMixin, ParallelIteratorWorker, EnvRunner):
         ]
 
     def stop(self) -> None:
-        """Close the envs."""
+        """Close the envs and the output writer (publishing its last file)."""
         if self.async_env is not None:
             close_quietly(self.async_env)
         elif self.env is not None:
             close_quietly(self.env)
+        close = getattr(self.output_writer, "close", None)
+        if close is not None:
+            close()
 
     def apply(self, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """``func(self, *args, **kwargs)``; ``func`` is positional-only, so kwargs may use any name."""

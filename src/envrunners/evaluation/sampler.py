@@ -244,8 +244,9 @@ class SyncSampler(SamplerInput):
             return self._ma.get_data()
         if self.multiple_episodes_in_batch:
             result, policy = self._run_core(self.rollout_fragment_length)
+            prev = wants_prev(policy)
             items = [
-                (episode_to_sample_batch(episode, env_id=env_id), episode)
+                (episode_to_sample_batch(episode, env_id=env_id, with_prev=prev), episode)
                 for episode, env_id in zip(
                     result.done + result.ongoing,
                     result.done_env_index + result.ongoing_env_index,
@@ -256,12 +257,14 @@ class SyncSampler(SamplerInput):
         while not self._queue:
             steps = self.env.num_envs * max(1, min(self.rollout_fragment_length, 100))
             result, policy = self._run_core(steps)
+            prev = wants_prev(policy)
             for episode, env_id in zip(result.ongoing, result.ongoing_env_index):
-                self._pending[episode.id_].append(episode_to_sample_batch(episode, env_id=env_id))
+                batch = episode_to_sample_batch(episode, env_id=env_id, with_prev=prev)
+                self._pending[episode.id_].append(batch)
             items = []
             for episode, env_id in zip(result.done, result.done_env_index):
                 chunks = self._pending.pop(episode.id_, [])
-                chunks.append(episode_to_sample_batch(episode, env_id=env_id))
+                chunks.append(episode_to_sample_batch(episode, env_id=env_id, with_prev=prev))
                 items.append((chunks[0] if len(chunks) == 1 else concat_samples(chunks), episode))
             self._queue.extend(self._postprocess_all(items, policy))
         return self._queue.popleft()
@@ -301,6 +304,12 @@ class SyncSampler(SamplerInput):
         """Extra batches queued since the last call (none are produced here)."""
         out, self._extra_batches = self._extra_batches, []
         return out
+
+
+def wants_prev(policy: Any) -> bool:
+    """Whether ``policy`` asks for ``prev_actions``/``prev_rewards`` (its view requirements)."""
+    view = getattr(policy, "view_requirements", None)
+    return view is None or "prev_actions" in view or "prev_rewards" in view
 
 
 def clip_batch_rewards(batch: SampleBatch, reward_fn: Any) -> None:

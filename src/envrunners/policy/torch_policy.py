@@ -219,10 +219,9 @@ class TorchPolicy(Policy):
         if not todo or not self._with_values:
             return
         parts = [b[Columns.OBS] for b in todo] + [_last_rows(b[Columns.NEXT_OBS]) for b in todo]
-        obs = _concat_obs(parts)
-        values = default_model.compute_actions_numpy(self.model, obs, False, with_values=True)[
-            Columns.VF_PREDS
-        ].astype(np.float32, copy=False)
+        with torch.inference_mode():  # value branch only: one batched forward
+            values = self.model.compute_values({Columns.OBS: _to_tensor(_concat_obs(parts))})
+        values = values.numpy().astype(np.float32, copy=False)
         offset, n_rows = 0, sum(len(b) for b in todo)
         for i, batch in enumerate(todo):
             n = len(batch)
