@@ -42,10 +42,10 @@ def build_worker(target: str, num_envs: int):
 
 
 def run(target: str, repeats: int = 5, num_envs_list=DEFAULT_NUM_ENVS, samples_per_repeat=None):
-    """Yield one record per vector size (each repeat: enough sample() calls for ~4000 steps)."""
+    """Yield one record per vector size (each repeat: >= 4000 steps and >= 2 sample() calls)."""
     for num_envs in num_envs_list:
         worker = build_worker(target, num_envs)
-        calls = samples_per_repeat or max(1, 4000 // (FRAGMENT * num_envs))
+        calls = samples_per_repeat or max(2, -(-4000 // (FRAGMENT * num_envs)))
 
         def once(worker=worker, calls=calls) -> int:
             return sum(worker.sample().env_steps() for _ in range(calls))
@@ -58,6 +58,7 @@ def run(target: str, repeats: int = 5, num_envs_list=DEFAULT_NUM_ENVS, samples_p
             "env": "CartPole-v1",
             "num_envs": num_envs,
             "rollout_fragment_length": FRAGMENT,
+            "sample_calls_per_repeat": calls,
             "env_steps_per_s": stats["per_s_median"],
             **{k: v for k, v in stats.items() if k != "per_s_median"},
         }
