@@ -1,0 +1,1 @@
+"""Private helpers of the ``envrunners`` command line (see ``envrunners.cli``)."""
