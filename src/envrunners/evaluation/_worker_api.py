@@ -42,6 +42,19 @@ class _UnknownPolicyValueError(UnknownPolicyError, ValueError):
     """An unknown policy id where RLlib raises ``ValueError``."""
 
 
+def _filter_shape(space: Any) -> Any:
+    """What a filter normalises: Box shapes; ``None`` (pass through) for discrete parts."""
+    import gymnasium as gym
+
+    if isinstance(space, gym.spaces.Box):
+        return space.shape
+    if isinstance(space, gym.spaces.Dict):
+        return {k: _filter_shape(v) for k, v in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_filter_shape(v) for v in space.spaces)
+    return None
+
+
 def _resolve_refs(weights: dict[str, Any]) -> dict[str, Any]:
     refs = {k: v for k, v in weights.items() if type(v).__name__ == "ObjectRef"}
     if not refs:
@@ -108,7 +121,7 @@ class WorkerAPIMixin:
                 else build_policy(pid, spec, self._base_policy_config, self.worker_index)
             )
             self.policy_map[pid] = new
-            shape = getattr(spec.observation_space, "shape", None)
+            shape = _filter_shape(spec.observation_space)
             self.filters[pid] = get_filter(self.config.observation_filter, shape)
             state = (policy_states or {}).get(pid)
             if state is not None:

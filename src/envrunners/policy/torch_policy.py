@@ -301,6 +301,8 @@ class TorchPolicy(Policy):
         shuffle = bool(self.config.get("shuffle_batch_per_epoch", True))
         stats: dict[str, list[float]] = defaultdict(list)
         self.model.train(True)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self._learner_threads())
         try:
             for _ in range(epochs):
                 order = torch.randperm(n) if shuffle else torch.arange(n)
@@ -317,6 +319,7 @@ class TorchPolicy(Policy):
                         stats[key].append(float(value))
         finally:
             self.model.train(False)
+            torch.set_num_threads(threads)
         learner_stats = {k: float(np.mean(v)) for k, v in stats.items()}
         learner_stats["cur_lr"] = self.cur_lr
         self.after_learn(learner_stats)
@@ -327,6 +330,15 @@ class TorchPolicy(Policy):
             "custom_metrics": {},
         }
 
+    def _learner_threads(self) -> int:
+        """Torch threads for SGD: the CPUs of this process's role (1 by default).
+
+        More threads than CPUs slow small-matrix training down badly on busy hosts.
+        """
+        key = "num_cpus_for_main_process" if not self.config.get("worker_index") else None
+        cpus = self.config.get(key or "num_cpus_per_env_runner") or 1
+        return max(1, int(cpus))
+
     def after_learn(self, learner_stats: dict[str, float]) -> None:
         """Hook run after ``learn_on_batch`` with the mean stats (e.g. PPO's KL update)."""
 
@@ -334,12 +346,15 @@ class TorchPolicy(Policy):
         """Gradients of the loss on the whole batch, as numpy arrays (one per parameter)."""
         batch = self._prepare_train_batch(postprocessed_batch)
         self.model.train(True)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self._learner_threads())
         try:
             self._optimizer.zero_grad(set_to_none=True)
             self._loss_step(batch).backward()
             self._clip_grads()
         finally:
             self.model.train(False)
+            torch.set_num_threads(threads)
         grads = [
             None if p.grad is None else p.grad.detach().cpu().numpy().copy()
             for p in self.model.parameters()
