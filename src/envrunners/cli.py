@@ -24,6 +24,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from typing import Any, NoReturn
@@ -104,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("envrunners: interrupted\n")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `envrunners ... | head`: the reader left; stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except Exception as err:
         from envrunners.errors import ConfigError, EnvCreatorError, EnvRunnersError
 

@@ -292,11 +292,8 @@ class _Trainer:
                 self.group.stop()
 
     def _make_learner(self) -> Any:
-        import torch
-
         from envrunners.algorithms.ppo.ppo_learner import PGLearner, PPOLearner
 
-        torch.set_num_threads(1)  # tiny MLPs: one thread is fastest and leaves cores to runners
         cls = PGLearner if self.run["algo"] == "pg" else PPOLearner
         return cls.from_group(self.config, self.group)
 

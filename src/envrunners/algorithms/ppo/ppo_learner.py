@@ -15,7 +15,9 @@ connector pipeline, one pass from episodes to a loss:
 3. **Loss**: clipped surrogate + ``vf_loss_coeff`` x value loss (squared error
    clipped at ``vf_clip_param``) - ``entropy_coeff`` x entropy (+ an adaptive KL
    penalty if ``use_kl_loss``).
-4. **Optimise**: Adam, ``num_epochs`` passes of shuffled minibatches.
+4. **Optimise**: Adam (the ten-line ``Adam`` below), ``num_epochs`` passes of
+   shuffled minibatches, with ``num_cpus_for_main_process`` torch threads (1 by
+   default: tiny MLPs gain nothing from more, and the runners need the cores).
 5. **Publish**: ``get_state(components="rl_module")`` returns the new weights and
    a bumped ``weights_seq_no``, which is what ``EnvRunnerGroup.sync_weights(
    from_worker_or_learner_group=learner)`` reads.
@@ -39,8 +41,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -51,7 +54,7 @@ from envrunners.core import DEFAULT_MODULE_ID
 from envrunners.core.columns import Columns
 from envrunners.policy.torch_policy import schedule_value
 
-__all__ = ["PGLearner", "PPOLearner", "compute_gae"]
+__all__ = ["Adam", "PGLearner", "PPOLearner", "compute_gae"]
 
 
 def compute_gae(
@@ -125,7 +128,7 @@ class PPOLearner:
         self.module = build_module(config, (observation_space, action_space), inference_only=False)
         self.module.train()
         self.dist_cls = self.module.get_train_action_dist_cls()
-        self.optimizer = torch.optim.Adam(self.module.parameters(), lr=self._lr(0), eps=1e-5)
+        self.optimizer = Adam(self.module.parameters(), lr=self._lr(0))
         self.kl_coeff = float(getattr(config, "kl_coeff", 0.0))
         self.weights_seq_no = 0
         self.num_env_steps_trained = 0
@@ -241,6 +244,10 @@ class PPOLearner:
             ``entropy_coeff``, ``explained_variance``, ``num_env_steps_trained``
             and the new ``weights_seq_no``.
         """
+        with _torch_threads(self.config):
+            return self._update(episodes)
+
+    def _update(self, episodes: Sequence[Any]) -> dict[str, float]:
         batch = self.build_batch(episodes)
         n = len(batch[Columns.ACTIONS])
         adv = batch["advantages"]
@@ -249,8 +256,7 @@ class PPOLearner:
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
         lr = self._lr(self.num_env_steps_trained)
         entropy_coeff = self._entropy_coeff(self.num_env_steps_trained)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        self.optimizer.lr = lr
         size = min(int(self.config.minibatch_size or n), n)
         grad_clip = self.config.grad_clip
         totals: dict[str, float] = {}
@@ -267,7 +273,7 @@ class PPOLearner:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if grad_clip:
-                    torch.nn.utils.clip_grad_norm_(self.module.parameters(), float(grad_clip))
+                    _clip_grad_norm(self.optimizer.params, float(grad_clip))
                 self.optimizer.step()
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
@@ -319,7 +325,7 @@ class PPOLearner:
             "weights_seq_no": self.weights_seq_no,
         }
         if components is None:
-            state["optimizer"] = _optimizer_to_numpy(self.optimizer)
+            state["optimizer"] = self.optimizer.get_state()
             state["kl_coeff"] = self.kl_coeff
             state["num_env_steps_trained"] = self.num_env_steps_trained
         return state
@@ -329,7 +335,7 @@ class PPOLearner:
         if "rl_module" in state:
             self.module.set_state(state["rl_module"])
         if "optimizer" in state:
-            _optimizer_from_numpy(self.optimizer, state["optimizer"])
+            self.optimizer.set_state(state["optimizer"])
         self.kl_coeff = float(state.get("kl_coeff", self.kl_coeff))
         self.weights_seq_no = int(state.get("weights_seq_no", self.weights_seq_no))
         self.num_env_steps_trained = int(
@@ -400,46 +406,91 @@ class PGLearner(PPOLearner):
         """No KL adaptation for PG."""
 
 
-# ---------------------------------------------------------------------- optimizer state
-def _optimizer_to_numpy(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Adam's state as nested dicts of numpy arrays and numbers (checkpointable, no pickle)."""
-    raw = optimizer.state_dict()
-    per_param = {}
-    for index, slots in raw["state"].items():
-        per_param[str(index)] = {
-            name: (value.detach().cpu().numpy() if torch.is_tensor(value) else value)
-            for name, value in slots.items()
+# ---------------------------------------------------------------------- helpers
+class Adam:
+    """Adam (Kingma & Ba, 2015) in a few lines, with plain numpy state.
+
+    Same update rule as ``torch.optim.Adam``; written out because torch's
+    optimizers import ``torch._dynamo`` on first use, seconds of start-up that a
+    command-line run notices, and because its state then checkpoints as plain arrays.
+    """
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-5,
+    ) -> None:
+        self.params = [p for p in params if p.requires_grad]
+        self.lr, self.betas, self.eps = float(lr), betas, eps
+        self.step_count = 0
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop the gradients."""
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One Adam step on the current gradients."""
+        self.step_count += 1
+        beta1, beta2 = self.betas
+        correction1 = 1.0 - beta1**self.step_count
+        correction2_sqrt = math.sqrt(1.0 - beta2**self.step_count)
+        for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
+            if p.grad is None:
+                continue
+            m.mul_(beta1).add_(p.grad, alpha=1.0 - beta1)
+            v.mul_(beta2).addcmul_(p.grad, p.grad, value=1.0 - beta2)
+            denom = (v.sqrt() / correction2_sqrt).add_(self.eps)
+            p.addcdiv_(m, denom, value=-self.lr / correction1)
+
+    def get_state(self) -> dict[str, Any]:
+        """Moments and step count as numpy arrays and numbers."""
+        return {
+            "step": self.step_count,
+            "lr": self.lr,
+            "exp_avg": [m.numpy().copy() for m in self.exp_avg],
+            "exp_avg_sq": [v.numpy().copy() for v in self.exp_avg_sq],
         }
-    groups = [
-        {k: v for k, v in group.items() if isinstance(v, int | float | bool | list) or v is None}
-        for group in raw["param_groups"]
-    ]
-    return {"state": per_param, "param_groups": groups}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``get_state`` returned."""
+        self.step_count = int(state["step"])
+        self.lr = float(state.get("lr", self.lr))
+        for target, value in zip(self.exp_avg, state["exp_avg"]):
+            target.copy_(torch.from_numpy(np.asarray(value)))
+        for target, value in zip(self.exp_avg_sq, state["exp_avg_sq"]):
+            target.copy_(torch.from_numpy(np.asarray(value)))
 
 
-def _optimizer_from_numpy(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """Load what ``_optimizer_to_numpy`` produced."""
-    current = optimizer.state_dict()
-    groups = []
-    for old, saved in zip(current["param_groups"], state.get("param_groups", [])):
-        merged = dict(old)
-        merged.update({k: v for k, v in saved.items() if k != "params"})
-        if isinstance(merged.get("betas"), list):
-            merged["betas"] = tuple(merged["betas"])
-        groups.append(merged)
-    slots = {
-        int(index): {
-            name: torch.as_tensor(np.asarray(value))
-            if not isinstance(value, float | int)
-            else value
-            for name, value in entry.items()
-        }
-        for index, entry in state.get("state", {}).items()
-    }
-    for entry in slots.values():  # Adam keeps its step count as a float tensor
-        if "step" in entry and not torch.is_tensor(entry["step"]):
-            entry["step"] = torch.tensor(float(entry["step"]))
-    optimizer.load_state_dict({"state": slots, "param_groups": groups or current["param_groups"]})
+@torch.no_grad()
+def _clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> None:
+    """Scale all gradients down so that their global L2 norm is at most ``max_norm``."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    if norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / (float(norm) + 1e-6))
+
+
+@contextlib.contextmanager
+def _torch_threads(config: Any) -> Iterator[None]:
+    """Run with ``config.num_cpus_for_main_process`` torch threads (at least 1), then restore."""
+    wanted = max(1, int(getattr(config, "num_cpus_for_main_process", 1) or 1))
+    before = torch.get_num_threads()
+    if wanted != before:
+        torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        if wanted != before:
+            torch.set_num_threads(before)
 
 
 def explained_variance(targets: np.ndarray, preds: np.ndarray) -> float:
