@@ -257,10 +257,9 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, EnvRunner):
                 "that handles the env's spaces."
             )
         sampler = self._sampler
-        if force_reset or num_episodes is not None or self._needs_initial_reset:
-            self._reset()
-        elif not sampler.started:
-            self._reset()
+        reset = force_reset or num_episodes is not None or self._needs_initial_reset
+        if reset or not sampler.started:
+            sampler.start()
         if num_episodes is not None:
             self._needs_initial_reset = True
         self._inference_time = 0.0
@@ -292,11 +291,6 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, EnvRunner):
         self._time_after_sampling = time.perf_counter()
         self.metrics.log_value(M.SAMPLE_TIMER, self._time_after_sampling - start)
         return episodes
-
-    def _reset(self) -> None:
-        dropped = self._sampler.start()
-        if dropped:
-            self.metrics.log_value("num_episodes_dropped_lifetime", dropped, reduce="lifetime_sum")
 
     def _record(self, result: MultiAgentSampleResult) -> None:
         log = self.metrics.log_value

@@ -128,8 +128,8 @@ class MultiAgentSampler:
 
     # -- episodes -----------------------------------------------------------------
     def start(self) -> int:
-        """Reset every sub-env and begin fresh episodes; returns the in-progress ones dropped."""
-        dropped = sum(1 for p, e in zip(self._pending, self.episodes) if not p and len(e) > 0)
+        """Reset every sub-env and begin fresh episodes; returns how many in-progress ones ended."""
+        dropped = sum(1 for p, e in zip(self._pending, self.episodes) if not p and e.env_t > 0)
         self.started = False
         self._totals.clear()
         self._prev_chunks.clear()
