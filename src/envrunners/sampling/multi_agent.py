@@ -227,10 +227,10 @@ class MultiAgentSampler:
                         e_rows = rows(fn(acts))
                         for k, (i, aid) in enumerate(idx):
                             env_actions[i][aid] = e_rows[k]
-                    cols = [(key, rows(v)) for key, v in out.items()]
-                    for k, (i, aid) in enumerate(idx):
-                        actions[i][aid] = a_rows[k]
-                        ex = {key: col[k] for key, col in cols}
+                    keys = list(out)
+                    for (i, aid), a, *vals in zip(idx, a_rows, *[rows(out[k]) for k in keys]):
+                        actions[i][aid] = a
+                        ex = dict(zip(keys, vals))
                         ex["weights_seq_no"] = seq
                         extras[i][aid] = ex
                 if env_actions is not actions:  # modules without a transform act as is
