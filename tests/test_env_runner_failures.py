@@ -108,9 +108,10 @@ def steps(episodes) -> int:
 
 
 def test_killed_runner_is_restored_with_weights_filter_and_steps(ray_session, tmp_path):
-    """SIGKILL and ray.kill: probe restores the runner with the learner's exact state."""
+    """SIGKILL (the standby takes over) and ray.kill (Ray restarts the process): the
+    restored runner has the learner's exact weights, seq no, merged filter and steps."""
     config = make_config(tmp_path, observation_filter="MeanStdFilter")
-    with EnvRunnerGroup(config=config) as group:
+    with EnvRunnerGroup(config=config, standby_env_runner=True) as group:
         local = group.local_env_runner
         synchronous_parallel_sample(worker_set=group, max_env_steps=100)
         group.sync_env_runner_states(config=config, env_steps_sampled=4321)
@@ -121,9 +122,14 @@ def test_killed_runner_is_restored_with_weights_filter_and_steps(ray_session, tm
 
         for kill in ("sigkill", "ray.kill"):
             pid = group.foreach_env_runner(lambda w: os.getpid(), remote_worker_ids=[1])[-1]
+            standby_pid = None
             if kill == "sigkill":
+                standby = group._standby
+                assert standby is not None
+                standby_pid = ray_session.get(standby.apply.remote(lambda w: os.getpid()))
                 os.kill(pid, signal.SIGKILL)
             else:
+                group._kill_standby()  # no standby: Ray restarts the process
                 ray_session.kill(group.remote_workers()[0], no_restart=False)
             # The next call finds it dead: out of service, the other runner answers.
             assert wait_until(
@@ -147,6 +153,8 @@ def test_killed_runner_is_restored_with_weights_filter_and_steps(ray_session, tm
                 lambda w: (w.get_state(), w._weights_seq_no, os.getpid()), remote_worker_ids=[1]
             )[-1]
             assert new_pid != pid
+            if standby_pid is not None:
+                assert new_pid == standby_pid
             assert seq == 9
             for key, value in state["rl_module"].items():
                 np.testing.assert_array_equal(value, learner[key])
@@ -174,7 +182,7 @@ def test_env_error_without_any_restart_is_raised_with_index_and_traceback(ray_se
         restart_failed_env_runners=False,
         ignore_env_runner_failures=False,
     )
-    with EnvRunnerGroup(config=config) as group:
+    with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
         with pytest.raises(EnvRunnerError, match="env runner 1:") as info:
             synchronous_parallel_sample(worker_set=group, max_env_steps=200)
         assert info.value.runner_index == 1
@@ -186,7 +194,7 @@ def test_env_error_with_sub_env_restart_keeps_runner(ray_session, tmp_path):
     config = make_config(
         tmp_path, n=1, env_config={"bad_worker": 1}, restart_failed_sub_environments=True
     )
-    with EnvRunnerGroup(config=config) as group:
+    with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
         episodes = synchronous_parallel_sample(worker_set=group, max_env_steps=200)
         assert steps(episodes) >= 200
         assert (tmp_path / "fault").exists()  # the fault did happen
@@ -196,7 +204,7 @@ def test_env_error_with_sub_env_restart_keeps_runner(ray_session, tmp_path):
 
 def test_env_error_rebuilds_runner_in_place_and_batch_is_full(ray_session, tmp_path):
     config = make_config(tmp_path, env_config={"bad_worker": 1})  # restart_failed_env_runners
-    with EnvRunnerGroup(config=config) as group:
+    with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
         pid = group.foreach_env_runner(lambda w: os.getpid(), remote_worker_ids=[1])[-1]
         start = time.monotonic()
         episodes = synchronous_parallel_sample(worker_set=group, max_env_steps=400)
@@ -217,7 +225,7 @@ def test_ignore_without_restart_goes_on_with_healthy_runners(ray_session, tmp_pa
         restart_failed_env_runners=False,
         ignore_env_runner_failures=True,
     )
-    with EnvRunnerGroup(config=config) as group:
+    with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
         episodes = synchronous_parallel_sample(worker_set=group, max_env_steps=300)
         assert steps(episodes) >= 300
         assert group.healthy_env_runner_ids() == [1]
@@ -260,4 +268,4 @@ def test_constructor_failure_reraises_the_original_exception(ray_session, tmp_pa
     config = make_config(tmp_path, n=1, restart_failed_env_runners=False)
     config.environment(broken_env)
     with pytest.raises(RuntimeError, match="no simulator license"):
-        EnvRunnerGroup(config=config)
+        EnvRunnerGroup(config=config, standby_env_runner=False)

@@ -48,7 +48,9 @@ def scaled(weights: dict, factor: float) -> dict:
 @pytest.fixture(scope="module")
 def group(ray_session):
     """Two remote runners and a local one (no env), shared by the read-mostly tests."""
-    g = EnvRunnerGroup(config=make_config(max_requests_in_flight_per_env_runner=1))
+    g = EnvRunnerGroup(
+        config=make_config(max_requests_in_flight_per_env_runner=1), standby_env_runner=False
+    )
     yield g
     g.stop()
 
@@ -183,7 +185,7 @@ class TestWeights:
 class TestStateSync:
     def test_merged_filter_state_and_steps_reach_every_runner(self, ray_session):
         config = make_config(observation_filter="MeanStdFilter")
-        with EnvRunnerGroup(config=config) as g:
+        with EnvRunnerGroup(config=config, standby_env_runner=False) as g:
             g.foreach_env_runner(lambda w: w.sample(), local_env_runner=False)
             seen = g.foreach_env_runner(
                 lambda w: w.get_state(components="env_to_module_connector"), local_env_runner=False
@@ -256,8 +258,10 @@ class TestLifecycle:
         assert wait_until(lambda: actor_state_in_gcs(old[0]) == "DEAD")
         g.add_workers(1)
         assert g.healthy_env_runner_ids() == [3, 4]
-        handles = g.remote_workers()
+        assert g._standby is not None  # restart_failed_env_runners: a standby waits
+        handles = g.remote_workers() + [g._standby]
         pids = g.foreach_env_runner(lambda w: os.getpid())
+        pids.append(ray_session.get(g._standby.apply.remote(lambda w: os.getpid())))
         g.stop()
         assert g.num_remote_env_runners() == 0
         assert wait_until(lambda: all(actor_state_in_gcs(h) == "DEAD" for h in handles))

@@ -27,7 +27,7 @@ def steps(episodes) -> int:
 
 @pytest.fixture(scope="module")
 def remote_group(ray_session):
-    g = EnvRunnerGroup(config=make_config(2))
+    g = EnvRunnerGroup(config=make_config(2), standby_env_runner=False)
     yield g
     g.stop()
 

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from envrunners.env import _group_state_sync as sync
+from envrunners.env import _runner_side as sync
 from envrunners.errors import ConfigError
 
 __all__ = ["GroupLegacyAPI"]

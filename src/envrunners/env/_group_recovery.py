@@ -9,6 +9,9 @@ Classification of a failed remote call:
 - the call raised anything else: a **user error**; it is raised to the caller
   and the runner stays in service.
 
+A dead runner's place is taken by the group's standby runner (an idle actor
+with the imports done) when one is ready, else Ray restarts the process.
+
 Restoring: an unhealthy runner that Ray reports alive gets one ``set_state``
 call with the last broadcast weights, connector states and lifetime step count
 (or the local runner's state if nothing was broadcast yet). The call's success
@@ -24,7 +27,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from envrunners.env import _group_state_sync as sync
+from envrunners.env import _ray_setup
+from envrunners.env import _runner_side as sync
 from envrunners.errors import EnvRunnerError
 from envrunners.utils._actor_results import remote_traceback_of
 from envrunners.utils.actor_manager import RemoteCallResults, actor_state_in_gcs
@@ -46,6 +50,9 @@ class GroupRecovery:
     _ctor_kwargs: dict[int, dict]
     _ignore_ray_errors_on_env_runners: bool
     _config_ref: Any
+    env_runner_cls: type
+    _standby_on: bool
+    _stopped: bool
 
     def _init_recovery(self) -> None:
         #: runner id -> (ObjectRef of its restore call, state version, start time)
@@ -57,6 +64,9 @@ class GroupRecovery:
         self._restore_failures: dict[int, int] = defaultdict(int)
         if not hasattr(self, "_state_version"):
             self._init_sync_memory()
+        if not hasattr(self, "_standby"):
+            self._standby: Any = None
+            self._standby_ready: Any = None
 
     def _init_sync_memory(self) -> None:
         #: Bumped by every broadcast; a restore sent with an older version is redone.
@@ -104,6 +114,7 @@ class GroupRecovery:
     def _handle_errors(self, results: RemoteCallResults) -> None:
         """Act on failed results: faults → restart/raise per config; user errors → raise."""
         first: BaseException | None = None
+        handled: set[int] = set()
         for result in results:
             if result.ok:
                 self._fault_streak.pop(result.actor_id, None)
@@ -112,12 +123,16 @@ class GroupRecovery:
             if not self._is_runner_fault(err):
                 first = first or err
                 continue
-            self._after_fault(result.actor_id, err)
+            if result.actor_id not in handled:
+                handled.add(result.actor_id)
+                self._after_fault(result.actor_id, err)
             if self._ignore_ray_errors_on_env_runners:
                 logger.warning("env runner %d failed: %s", result.actor_id, str(err)[:2000])
             elif first is None:
                 first = self._fault_error(result.actor_id, err)
         for actor_id in self._worker_manager.take_hung_actor_kills():
+            if self._remote_config.restart_failed_env_runners:
+                self._replace_dead(actor_id)
             if first is None and not self._ignore_ray_errors_on_env_runners:
                 first = EnvRunnerError(
                     "missed num_consecutive_env_runner_failures_tolerance="
@@ -147,7 +162,8 @@ class GroupRecovery:
             self._given_up.add(actor_id)
             return
         if not alive:
-            return  # Ray restarts the process (max_restarts)
+            self._replace_dead(actor_id)  # else Ray restarts the process (max_restarts)
+            return
         self._rebuilds[actor_id] += 1
         limit = int(config.max_num_env_runner_restarts)
         if 0 <= limit < self._rebuilds[actor_id]:
@@ -172,6 +188,62 @@ class GroupRecovery:
         handle.apply.remote(
             sync.rebuild_runner, config=self._config_ref(), ctor_kwargs=kwargs, delay_s=delay
         )
+
+    # ------------------------------------------------------------------ standby
+    def _spawn_standby(self, reserve_cpus: bool) -> None:
+        """Start the standby actor (with the runner's CPUs reserved, or none)."""
+        if not self._standby_on or self._stopped or self._standby is not None:
+            return
+        cls = _ray_setup.make_remote_class(
+            _ray_setup.standby_class(self.env_runner_cls), self._remote_config
+        )
+        cpus = float(self._remote_config.num_cpus_per_env_runner) if reserve_cpus else 0.0
+        self._standby = cls.options(num_cpus=cpus).remote()
+        self._standby_ready = self._standby.ping.remote()
+
+    def _take_standby(self) -> Any:
+        """The standby actor if it is up (then it is no longer the standby), else None."""
+        import ray
+        from ray.exceptions import RayError
+
+        if self._standby is None:
+            return None
+        ready, _ = ray.wait([self._standby_ready], timeout=0)
+        if not ready:
+            return None
+        handle, self._standby, self._standby_ready = self._standby, None, None
+        try:
+            ray.get(ready[0])
+        except RayError as err:
+            logger.warning("The standby env runner is gone (%s); starting a new one.", err)
+            ray.kill(handle, no_restart=True)
+            self._spawn_standby(reserve_cpus=False)
+            return None
+        return handle
+
+    def _kill_standby(self) -> None:
+        import ray
+
+        if self._standby is not None:
+            ray.kill(self._standby, no_restart=True)
+        self._standby = self._standby_ready = None
+
+    def _replace_dead(self, actor_id: int) -> bool:
+        """Give a dead runner's id to the standby actor; False if there is none ready."""
+        import ray
+
+        kwargs = self._ctor_kwargs.get(actor_id)
+        standby = self._take_standby() if kwargs is not None else None
+        if standby is None:
+            return False
+        manager = self._worker_manager
+        ray.kill(manager.get_actor(actor_id), no_restart=True)
+        manager.replace_actor(actor_id, standby)
+        self._restore_calls.pop(actor_id, None)
+        self._given_up.discard(actor_id)
+        logger.warning("env runner %d died; the standby runner takes its place.", actor_id)
+        self._spawn_standby(reserve_cpus=True)
+        return True
 
     # ------------------------------------------------------------------ restore
     def _restore_state(self) -> dict:
@@ -214,7 +286,12 @@ class GroupRecovery:
 
     def _fire_restore(self, actor_id: int) -> None:
         handle = self._worker_manager.get_actor(actor_id)
-        ref = handle.apply.remote(sync.apply_state, state=self._restore_state())
+        ref = handle.apply.remote(
+            sync.restore_runner,
+            state=self._restore_state(),
+            config=self._config_ref(),
+            ctor_kwargs=self._ctor_kwargs.get(actor_id),
+        )
         self._restore_calls[actor_id] = (ref, self._state_version, time.monotonic())
 
     def _poll_restores(self, timeout: float | None = 0.0, *, only: list[int] | None = None) -> None:
@@ -289,11 +366,9 @@ class GroupRecovery:
     def _maintain(self) -> None:
         """Collect finished internal pushes and move restores along (never blocks)."""
         manager = self._worker_manager
-        if any(
-            manager.num_outstanding_async_reqs(t) for t in ("__sync_weights__", "__sync_states__")
-        ):
+        if any(manager.num_outstanding_async_reqs(t) for t in sync.INTERNAL_TAGS):
             results = manager.fetch_ready_async_reqs(
-                tags=["__sync_weights__", "__sync_states__"], timeout_seconds=0
+                tags=list(sync.INTERNAL_TAGS), timeout_seconds=0
             )
             self._handle_errors(results)
         auto = bool(self._remote_config.restart_failed_env_runners)

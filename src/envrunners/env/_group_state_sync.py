@@ -1,157 +1,37 @@
-"""Weight and state sync for ``EnvRunnerGroup``: what is pushed, merged and replayed.
+"""Weight and state sync of ``EnvRunnerGroup``: what is pushed, merged and replayed.
 
-Two halves:
-
-- functions that run **on a runner** (sent through ``apply``): apply a state or
-  weights, rebuild the runner in place, stop it, visit its sub-envs. They turn
-  any failure into ``EnvRunnerError`` (with the runner index and traceback), so
-  the group counts it as a runner fault, not as a user error;
-- functions that run **on the driver**: read weights from a source (a local
-  runner, a runner actor, a learner group), merge connector states of several
-  runners, and build the state a restored runner receives.
+Reads weights from a source (a local runner, a runner actor, a learner group),
+merges the connector states of several runners, and broadcasts both. Pushes are
+never dropped (see ``GroupStateSync``) and the group remembers what it sent, so
+a restored runner can be given the same state.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
-import os
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envrunners.errors import EnvRunnerError
+from envrunners.env._runner_side import (
+    E2M,
+    M2E,
+    NUM_STEPS,
+    RL_MODULE,
+    SEQ_NO,
+    STATES_TAG,
+    WEIGHTS_TAG,
+    _is_ref,
+    apply_state,
+    apply_weights,
+    get_connector_states,
+    merge_on_runner,
+)
 
-__all__ = [
-    "E2M",
-    "GroupStateSync",
-    "M2E",
-    "NUM_STEPS",
-    "apply_state",
-    "apply_weights",
-    "get_connector_states",
-    "merge_connector_states",
-    "module_state",
-    "rebuild_runner",
-    "source_state",
-    "stop_runner",
-    "visit_sub_envs",
-]
+__all__ = ["GroupStateSync", "merge_connector_states", "pipelines_of", "source_state"]
 
 logger = logging.getLogger("envrunners")
-
-E2M = "env_to_module_connector"
-M2E = "module_to_env_connector"
-NUM_STEPS = "num_env_steps_sampled_lifetime"
-RL_MODULE = "rl_module"
-SEQ_NO = "weights_seq_no"
-
-
-def _is_ref(value: Any) -> bool:
-    return type(value).__name__ == "ObjectRef"
-
-
-def _runner_error(runner: Any, what: str, err: BaseException) -> EnvRunnerError:
-    return EnvRunnerError(
-        f"{what} raised {err!r}",
-        runner_index=getattr(runner, "worker_index", None),
-        remote_traceback=traceback.format_exc(),
-    )
-
-
-# ---------------------------------------------------------------------- runner side
-def apply_state(runner: Any, state: dict, global_vars: dict | None = None) -> int:
-    """Runner side: ``set_state(state)`` (+ ``set_global_vars``); returns the runner's seq no."""
-    try:
-        runner.set_state(state)
-        if global_vars and hasattr(runner, "set_global_vars"):
-            runner.set_global_vars(global_vars)
-    except Exception as err:
-        raise _runner_error(runner, "set_state()", err) from err
-    return int(getattr(runner, "_weights_seq_no", 0) or 0)
-
-
-def apply_weights(
-    runner: Any, weights: Any, global_vars: dict | None = None, weights_seq_no: int | None = None
-) -> None:
-    """Runner side (old stack): ``set_weights(weights, global_vars)``."""
-    try:
-        if _is_ref(weights):
-            import ray
-
-            weights = ray.get(weights)
-        if weights_seq_no is None:
-            runner.set_weights(weights, global_vars)
-        else:
-            runner.set_weights(weights, global_vars, weights_seq_no)
-    except Exception as err:
-        raise _runner_error(runner, "set_weights()", err) from err
-
-
-def rebuild_runner(runner: Any, *, config: Any, ctor_kwargs: dict, delay_s: float = 0.0) -> str:
-    """Runner side: stop the runner and run its constructor again, in the same process.
-
-    Why: a runner whose env broke is rebuilt in well under a second this way (no
-    new process, no re-import of torch). If the constructor itself fails, the
-    process exits so that Ray restarts it from scratch.
-    """
-    if delay_s > 0:
-        time.sleep(delay_s)
-    try:
-        runner.stop()
-    except Exception as err:  # a broken env may fail to close; it is dropped anyway
-        logger.warning("stop() before rebuilding raised %r", err)
-    try:
-        type(runner).__init__(runner, config=config, **{**ctor_kwargs, "recreated_worker": True})
-    except BaseException:
-        logger.exception("Rebuilding the env runner failed; exiting so that Ray restarts it.")
-        os._exit(1)
-    return "rebuilt"
-
-
-def stop_runner(runner: Any) -> None:
-    """Runner side: ``runner.stop()``."""
-    runner.stop()
-
-
-def get_connector_states(runner: Any) -> dict:
-    """Runner side: the runner's connector states (no weights)."""
-    return runner.get_state(components=[E2M, M2E])
-
-
-def module_state(runner: Any) -> dict:
-    """Runner side: the runner's module weights and ``weights_seq_no``."""
-    return runner.get_state(components=[RL_MODULE])
-
-
-def _sub_envs(runner: Any) -> list[Any]:
-    env = getattr(runner, "env", None)
-    if env is None:
-        return []
-    envs = getattr(env, "envs", None)
-    if envs is None and hasattr(env, "env"):
-        envs = getattr(env.env, "envs", None)
-    return list(envs) if envs is not None else [env]
-
-
-def visit_sub_envs(runner: Any, env_func: Callable[..., Any], with_context: bool = False) -> list:
-    """Runner side: ``[env_func(sub_env) ...]`` (or ``env_func(sub_env, env_context)``).
-
-    Uses the runner's own ``foreach_env``/``foreach_env_with_context`` when it has
-    them (old stack), else the sub-envs of its vector env.
-    """
-    own = getattr(runner, "foreach_env_with_context" if with_context else "foreach_env", None)
-    if own is not None:
-        return own(env_func)
-    envs = _sub_envs(runner)
-    if not with_context:
-        return [env_func(e) for e in envs]
-    ctx = getattr(runner, "_env_context", None)
-    out = []
-    for i, e in enumerate(envs):
-        sub_ctx = ctx.copy_with_overrides(vector_index=i) if ctx is not None else None
-        out.append(env_func(e, sub_ctx))
-    return out
 
 
 # ---------------------------------------------------------------------- driver side
@@ -168,13 +48,35 @@ def source_state(src: Any, policies: Sequence[str] | None, inference_only: bool)
         )
         state = full.get("learner", full)
     else:
-        state = src.get_state(components=modules, inference_only=inference_only)
+        state = _views_of_runner_weights(src, policies, inference_only)
+        if state is None:
+            state = src.get_state(components=modules, inference_only=inference_only)
     if RL_MODULE not in state:
         raise ValueError(
             f"{type(src).__name__}.get_state(components={modules}) returned no 'rl_module' "
             f"entry (keys: {sorted(state)}); cannot sync weights from it."
         )
     return {RL_MODULE: state[RL_MODULE], SEQ_NO: int(state.get(SEQ_NO, 0) or 0)}
+
+
+def _views_of_runner_weights(
+    src: Any, policies: Sequence[str] | None, inference_only: bool
+) -> dict | None:
+    """A local runner's weights as views (no copy): they go into ``ray.put`` right away.
+
+    Only for runners whose module's ``get_state`` takes ``copy``; else None.
+    """
+    module = getattr(src, "module", None)
+    get_state = getattr(module, "get_state", None)
+    if policies or get_state is None or not hasattr(src, "_weights_seq_no"):
+        return None
+    try:
+        if "copy" not in inspect.signature(get_state).parameters:
+            return None
+    except (TypeError, ValueError):
+        return None
+    weights = get_state(inference_only=inference_only, copy=False)
+    return {RL_MODULE: weights, SEQ_NO: int(src._weights_seq_no or 0)}
 
 
 def _merge_with(pipeline: Any, states: list[Any]) -> Any:
@@ -216,9 +118,6 @@ def pipelines_of(runner: Any, env_to_module: Any, module_to_env: Any) -> tuple[A
     e2m = env_to_module if env_to_module is not None else getattr(runner, "_env_to_module", None)
     m2e = module_to_env if module_to_env is not None else getattr(runner, "_module_to_env", None)
     return e2m, m2e
-
-
-_PUSH_TAGS = ("__sync_weights__", "__sync_states__")
 
 
 class GroupStateSync:
@@ -286,7 +185,7 @@ class GroupStateSync:
                 state = {"weights": _old_stack_weights(src, policies, inference_only)}
             if has_remotes:
                 self._broadcast_weights(state, new_stack, to_worker_indices, global_vars)
-                self._await_push("__sync_weights__", timeout_seconds)
+                self._await_push(WEIGHTS_TAG, timeout_seconds)
         if local is not None and source is not None and state is not None:
             if new_stack:
                 local.set_state(state)
@@ -310,7 +209,7 @@ class GroupStateSync:
             ref = ray.put(state["weights"])
             func, kwargs = apply_weights, {"weights": ref, "global_vars": global_vars}
         self._state_version += 1
-        self._push("__sync_weights__", func, kwargs, ids)
+        self._push(WEIGHTS_TAG, func, kwargs, ids)
 
     def _push(
         self, tag: str, func: Callable[..., Any], kwargs: dict, ids: list[int] | None
@@ -422,7 +321,7 @@ class GroupStateSync:
             self._last_weights = {RL_MODULE: rl[RL_MODULE], SEQ_NO: int(rl.get(SEQ_NO, 0) or 0)}
         self._state_version += 1
         self._push(
-            "__sync_states__",
+            STATES_TAG,
             apply_state,
             {"state": {**states, **rl}},
             env_runner_indices_to_update,
@@ -441,7 +340,7 @@ class GroupStateSync:
             if not healthy:
                 return {}
             return self.foreach_env_runner(
-                _merge_on_runner,
+                merge_on_runner,
                 kwargs={"states": states, "base": base},
                 local_env_runner=False,
                 remote_worker_ids=healthy[:1],
@@ -493,12 +392,6 @@ class GroupStateSync:
             timeout_seconds=config.sync_filters_on_rollout_workers_timeout_s,
             use_remote_data_for_update=config.use_worker_filter_stats,
         )
-
-
-def _merge_on_runner(runner: Any, states: list[dict], base: dict) -> dict:
-    """Runner side: merge connector states with this runner's pipelines."""
-    e2m, m2e = pipelines_of(runner, None, None)
-    return merge_connector_states(states, base=base, env_to_module=e2m, module_to_env=m2e)
 
 
 def _old_stack_weights(src: Any, policies: Sequence[str] | None, inference_only: bool) -> Any:

@@ -158,3 +158,60 @@ def check_resources(config: Any, num_new: int) -> None:
             need,
             total,
         )
+
+
+_STANDBY_CLASSES: dict[type, type] = {}
+
+
+def standby_class(runner_cls: type) -> type:
+    """A subclass of ``runner_cls`` whose constructor only pays the imports.
+
+    Why: restarting a killed runner means a new process that imports torch and
+    builds everything again (seconds). A standby actor of this class waits with
+    the imports done; taking a dead runner's place it runs the real constructor
+    (``_runner_init``) with that runner's arguments, which takes milliseconds.
+    """
+    cls = _STANDBY_CLASSES.get(runner_cls)
+    if cls is not None:
+        return cls
+
+    def __init__(self: Any, **kwargs: Any) -> None:
+        import gymnasium  # noqa: F401
+        import torch  # noqa: F401
+
+        self.worker_index = None
+        self.num_envs = 0
+        self.env = None
+        self._standby = True
+
+    def __repr__(self: Any) -> str:
+        if self.__dict__.get("_standby", False):
+            return f"Standby({runner_cls.__name__})"
+        return runner_cls.__repr__(self)
+
+    cls = type(
+        f"Standby{runner_cls.__name__}",
+        (runner_cls,),
+        {
+            "__init__": __init__,
+            "__repr__": __repr__,
+            "_runner_init": runner_cls.__init__,
+            "__module__": __name__,
+        },
+    )
+    _STANDBY_CLASSES[runner_cls] = cls
+    return cls
+
+
+def standby_enabled(config: Any, wanted: bool | None) -> bool:
+    """Whether a group keeps a standby runner (default: when failed runners restart).
+
+    Not with GPUs or custom resources per runner: a standby does not hold them.
+    """
+    if wanted is not None:
+        return bool(wanted)
+    return bool(
+        config.restart_failed_env_runners
+        and not config.num_gpus_per_env_runner
+        and not config.custom_resources_per_env_runner
+    )

@@ -25,17 +25,17 @@ Ray is started on demand (or joined, see ``_ray_setup``); with
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from envrunners.env import _group_state_sync as sync
 from envrunners.env import _ray_setup
+from envrunners.env import _runner_side as sync
 from envrunners.env._group_api import GroupLegacyAPI
+from envrunners.env._group_calls import INTERNAL_TAGS, GroupCalls
 from envrunners.env._group_recovery import GroupRecovery
 from envrunners.env._group_state_sync import GroupStateSync
 from envrunners.errors import ConfigError, EnvRunnerError
-from envrunners.utils.actor_manager import FaultTolerantActorManager, RemoteCallResults
+from envrunners.utils.actor_manager import FaultTolerantActorManager
 
 __all__ = ["EnvRunnerGroup"]
 
@@ -44,7 +44,7 @@ logger = logging.getLogger("envrunners")
 _DEPRECATED = -1
 
 
-class EnvRunnerGroup(GroupStateSync, GroupRecovery, GroupLegacyAPI):
+class EnvRunnerGroup(GroupCalls, GroupStateSync, GroupRecovery, GroupLegacyAPI):
     """Set of EnvRunners with n ``@ray.remote`` workers and zero or one local worker.
 
     Args:
@@ -59,6 +59,10 @@ class EnvRunnerGroup(GroupStateSync, GroupRecovery, GroupLegacyAPI):
         tune_trial_id: Passed to the runners.
         pg_offset: Placement-group bundle offset of the remote runners.
         num_env_runners: Number of remote runners (default: the config's).
+        standby_env_runner: Keep one idle standby actor (imports done, nothing
+            built, no CPU reserved until it is used) that takes a dead runner's
+            place in milliseconds instead of a process restart. Default: on when
+            ``restart_failed_env_runners`` and the runners use no GPUs.
         num_workers: Deprecated; use ``num_env_runners``.
         local_worker: Deprecated; use ``local_env_runner``.
 
@@ -79,6 +83,7 @@ class EnvRunnerGroup(GroupStateSync, GroupRecovery, GroupLegacyAPI):
         tune_trial_id: str | None = None,
         pg_offset: int = 0,
         num_env_runners: int | None = None,
+        standby_env_runner: bool | None = None,
         num_workers: Any = _DEPRECATED,
         local_worker: Any = _DEPRECATED,
     ):
@@ -125,6 +130,7 @@ class EnvRunnerGroup(GroupStateSync, GroupRecovery, GroupLegacyAPI):
         self._ctor_kwargs: dict[int, dict] = {}
         self._owns_ray = False
         self._stopped = False
+        self._standby_on = _ray_setup.standby_enabled(config, standby_env_runner)
         self._init_recovery()
         if _setup:
             n = config.num_env_runners if num_env_runners is None else num_env_runners
@@ -224,6 +230,7 @@ class EnvRunnerGroup(GroupStateSync, GroupRecovery, GroupLegacyAPI):
         self._ctor_kwargs.update(dict(zip(ids, kwargs_list)))
         if validate:
             self._validate(ids)
+        self._spawn_standby(reserve_cpus=False)
 
     def _validate(self, ids: list[int]) -> None:
         timeout = float(self._remote_config.env_runner_restore_timeout_s)
@@ -274,6 +281,7 @@ class EnvRunnerGroup(GroupStateSync, GroupRecovery, GroupLegacyAPI):
         except Exception:
             logger.exception("Failed to stop workers!")
         finally:
+            self._kill_standby()
             self._worker_manager.clear()
             self._remote_config_obj_ref = None
             self._init_recovery()
@@ -330,7 +338,7 @@ class EnvRunnerGroup(GroupStateSync, GroupRecovery, GroupLegacyAPI):
         """User async requests in flight (all tags, or one)."""
         if tag is not None:
             return self._worker_manager.num_outstanding_async_reqs(tag)
-        internal = sum(self._worker_manager.num_outstanding_async_reqs(t) for t in _INTERNAL_TAGS)
+        internal = sum(self._worker_manager.num_outstanding_async_reqs(t) for t in INTERNAL_TAGS)
         return self._worker_manager.num_outstanding_async_reqs() - internal
 
     def num_remote_worker_restarts(self) -> int:
@@ -340,161 +348,6 @@ class EnvRunnerGroup(GroupStateSync, GroupRecovery, GroupLegacyAPI):
     def num_env_runners_dropped_lifetime(self) -> int:
         """Remote results lost to a deadline (``timeout_seconds``) so far."""
         return self._num_env_runners_dropped_lifetime
-
-    # ------------------------------------------------------------------ calls
-    def foreach_env_runner(
-        self,
-        func: Callable[..., Any] | str | list,
-        *,
-        kwargs: dict | list[dict] | None = None,
-        local_env_runner: bool = True,
-        healthy_only: bool = True,
-        remote_worker_ids: list[int] | None = None,
-        timeout_seconds: float | None = None,
-        return_obj_refs: bool = False,
-        mark_healthy: bool = False,
-    ) -> list[Any]:
-        """Call ``func(runner, **kwargs)`` on the local runner and the remote runners.
-
-        Args:
-            func: A callable, a method name (called, also on the local runner), or a
-                list of callables (one per remote id).
-            kwargs: Keyword arguments (a list: one dict per remote call).
-            local_env_runner: Include the local runner (its result comes first).
-            healthy_only: Only call healthy remote runners.
-            remote_worker_ids: Which remote runners (None or ``[]``: all).
-            timeout_seconds: Deadline; None = ``config.sample_timeout_s``, 0 = fire
-                and forget. Late results are dropped and counted.
-            return_obj_refs: Return the remote ``ObjectRef`` instead of the value.
-            mark_healthy: An unhealthy runner that answers is restored (with state).
-
-        Returns:
-            The local result (if any), then the remote results in id order.
-
-        Raises:
-            Exception: The exception a user function raised (the runner stays up).
-            EnvRunnerError: A runner failed, unless failures are ignored.
-        """
-        local = self._local_env_runner
-        if return_obj_refs and local_env_runner and local is not None:
-            raise ConfigError(
-                "Can not return ObjectRef from local worker: pass local_env_runner=False."
-            )
-        if remote_worker_ids:
-            self._worker_manager._check_known(remote_worker_ids)
-        local_result = []
-        if local_env_runner and local is not None:
-            if isinstance(kwargs, list) or isinstance(func, list):
-                raise ConfigError(
-                    "A list of funcs or kwargs is for remote runners only: pass "
-                    "local_env_runner=False."
-                )
-            method = getattr(local, func) if isinstance(func, str) else None
-            local_result = [method(**(kwargs or {})) if method else func(local, **(kwargs or {}))]
-        if self._worker_manager.num_actors() == 0:
-            return local_result
-        self._maintain()
-        timeout = self._deadline(timeout_seconds)
-        manager = self._worker_manager
-        targets = list(remote_worker_ids or manager.actor_ids())
-        if healthy_only:
-            targets = [i for i in targets if manager.is_actor_healthy(i)]
-        results = manager.foreach_actor(
-            func,
-            kwargs=kwargs,
-            healthy_only=healthy_only,
-            remote_actor_ids=remote_worker_ids,
-            timeout_seconds=timeout,
-            return_obj_refs=return_obj_refs,
-        )
-        self._account_drops(targets, results, timeout)
-        if mark_healthy:
-            revived = [
-                r.actor_id for r in results if r.ok and not manager.is_actor_healthy(r.actor_id)
-            ]
-            if revived:
-                self._restore_now(revived)
-        self._handle_errors(results)
-        return local_result + [r.get() for r in results.ignore_errors()]
-
-    def foreach_env_runner_async(
-        self,
-        func: Callable[..., Any] | str | list,
-        tag: str | None = None,
-        *,
-        kwargs: dict | list[dict] | None = None,
-        healthy_only: bool = True,
-        remote_worker_ids: list[int] | None = None,
-    ) -> int:
-        """Fire ``func`` on the remote runners without waiting; returns how many were sent.
-
-        At most ``max_requests_in_flight_per_env_runner`` requests per runner and
-        tag are outstanding; more are dropped.
-        """
-        if self._worker_manager.num_actors() == 0:
-            return 0
-        self._maintain()
-        return self._worker_manager.foreach_actor_async(
-            func,
-            tag,
-            kwargs=kwargs,
-            healthy_only=healthy_only,
-            remote_actor_ids=remote_worker_ids,
-        )
-
-    def fetch_ready_async_reqs(
-        self,
-        *,
-        tags: str | list[str] | tuple[str, ...] | None = None,
-        timeout_seconds: float | None = 0.0,
-        return_obj_refs: bool = False,
-        mark_healthy: bool = False,
-    ) -> list[tuple[int, Any]]:
-        """``[(runner id, result)]`` of the finished async requests (of ``tags``)."""
-        results = self._fetch(tags, timeout_seconds, return_obj_refs, mark_healthy)
-        return [(r.actor_id, r.get()) for r in results.ignore_errors()]
-
-    def _fetch(
-        self, tags: Any, timeout_seconds: float | None, return_obj_refs: bool, mark_healthy: bool
-    ) -> RemoteCallResults:
-        manager = self._worker_manager
-        if manager.num_actors() == 0:
-            return RemoteCallResults()
-        self._maintain()
-        results = manager.fetch_ready_async_reqs(
-            tags=tags,
-            timeout_seconds=self._deadline(timeout_seconds),
-            return_obj_refs=return_obj_refs,
-        )
-        if mark_healthy:
-            revived = [
-                r.actor_id for r in results if r.ok and not manager.is_actor_healthy(r.actor_id)
-            ]
-            if revived:
-                self._restore_now(revived)
-        self._handle_errors(results)
-        return results
-
-    def foreach_env_runner_async_fetch_ready(
-        self,
-        func: Callable[..., Any] | str | list,
-        kwargs: dict | list[dict] | None = None,
-        tag: str | None = None,
-        timeout_seconds: float | None = 0.0,
-        return_obj_refs: bool = False,
-        mark_healthy: bool = False,
-        healthy_only: bool = True,
-        remote_worker_ids: list[int] | None = None,
-        return_actor_ids: bool = False,
-    ) -> list[Any]:
-        """Collect the finished requests of ``tag``, then fire ``func`` again; return the results."""
-        results = self._fetch(tag, timeout_seconds, return_obj_refs, mark_healthy)
-        self.foreach_env_runner_async(
-            func, tag, kwargs=kwargs, healthy_only=healthy_only, remote_worker_ids=remote_worker_ids
-        )
-        if return_actor_ids:
-            return [(r.actor_id, r.get()) for r in results.ignore_errors()]
-        return [r.get() for r in results.ignore_errors()]
 
     def get_spaces(self) -> dict[str, tuple[Any, Any]]:
         """The (observation, action) spaces per module, from a remote runner (else the local)."""
@@ -507,48 +360,12 @@ class EnvRunnerGroup(GroupStateSync, GroupRecovery, GroupLegacyAPI):
             raise EnvRunnerError("get_spaces(): no local env runner and no healthy remote one")
         return self._local_env_runner.get_spaces()
 
-    # ------------------------------------------------------------------ internals
-    def _deadline(self, timeout_seconds: float | None) -> float | None:
-        if timeout_seconds is None:
-            default = self._remote_config.sample_timeout_s
-            return None if default is None else float(default)
-        return timeout_seconds
-
-    def _account_drops(
-        self, targets: list[int], results: RemoteCallResults, timeout: float | None
-    ) -> None:
-        if timeout is None or timeout <= 0:
-            return
-        dropped = len(targets) - len(results)
-        if dropped <= 0:
-            return
-        self._num_env_runners_dropped_lifetime += dropped
-        answered = defaultdict(int)
-        for r in results:
-            answered[r.actor_id] += 1
-        late = []
-        for i in targets:
-            if answered[i] > 0:
-                answered[i] -= 1
-            else:
-                late.append(i)
-        logger.warning(
-            "env runners %s did not answer within %ss; their results are dropped "
-            "(num_env_runners_dropped_lifetime=%d). Raise sample_timeout_s if they are slow.",
-            late,
-            timeout,
-            self._num_env_runners_dropped_lifetime,
-        )
-
     def __repr__(self) -> str:
         return (
             f"EnvRunnerGroup(local={self._local_env_runner is not None}, "
             f"remote={self.num_healthy_remote_env_runners()}/{self.num_remote_env_runners()} "
             f"healthy, cls={getattr(self.env_runner_cls, '__name__', self.env_runner_cls)})"
         )
-
-
-_INTERNAL_TAGS = ("__sync_weights__", "__sync_states__")
 
 
 def _ctor_exception(error: BaseException) -> BaseException | None:

@@ -1,0 +1,191 @@
+"""Functions that run on a remote runner, sent through ``apply`` by ``EnvRunnerGroup``.
+
+They apply a state or weights, rebuild the runner in place, stop it, visit its
+sub-envs, or merge connector states. Failures of the state calls become
+``EnvRunnerError`` (with the runner index and traceback), so the group counts
+them as runner faults, not as errors of a user function.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from envrunners.errors import EnvRunnerError
+
+__all__ = [
+    "E2M",
+    "INTERNAL_TAGS",
+    "STATES_TAG",
+    "WEIGHTS_TAG",
+    "M2E",
+    "NUM_STEPS",
+    "RL_MODULE",
+    "SEQ_NO",
+    "apply_state",
+    "apply_weights",
+    "become_runner",
+    "get_connector_states",
+    "merge_on_runner",
+    "module_state",
+    "rebuild_runner",
+    "restore_runner",
+    "stop_runner",
+    "visit_sub_envs",
+]
+
+logger = logging.getLogger("envrunners")
+
+E2M = "env_to_module_connector"
+M2E = "module_to_env_connector"
+NUM_STEPS = "num_env_steps_sampled_lifetime"
+RL_MODULE = "rl_module"
+SEQ_NO = "weights_seq_no"
+
+#: Tags of the group's own async calls (weight and state pushes).
+WEIGHTS_TAG = "__sync_weights__"
+STATES_TAG = "__sync_states__"
+INTERNAL_TAGS = (WEIGHTS_TAG, STATES_TAG)
+
+
+def _is_ref(value: Any) -> bool:
+    return type(value).__name__ == "ObjectRef"
+
+
+def _runner_error(runner: Any, what: str, err: BaseException) -> EnvRunnerError:
+    return EnvRunnerError(
+        f"{what} raised {err!r}",
+        runner_index=getattr(runner, "worker_index", None),
+        remote_traceback=traceback.format_exc(),
+    )
+
+
+def apply_state(runner: Any, state: dict, global_vars: dict | None = None) -> int:
+    """Runner side: ``set_state(state)`` (+ ``set_global_vars``); returns the runner's seq no."""
+    try:
+        runner.set_state(state)
+        if global_vars and hasattr(runner, "set_global_vars"):
+            runner.set_global_vars(global_vars)
+    except Exception as err:
+        raise _runner_error(runner, "set_state()", err) from err
+    return int(getattr(runner, "_weights_seq_no", 0) or 0)
+
+
+def apply_weights(
+    runner: Any, weights: Any, global_vars: dict | None = None, weights_seq_no: int | None = None
+) -> None:
+    """Runner side (old stack): ``set_weights(weights, global_vars)``."""
+    try:
+        if _is_ref(weights):
+            import ray
+
+            weights = ray.get(weights)
+        if weights_seq_no is None:
+            runner.set_weights(weights, global_vars)
+        else:
+            runner.set_weights(weights, global_vars, weights_seq_no)
+    except Exception as err:
+        raise _runner_error(runner, "set_weights()", err) from err
+
+
+def become_runner(runner: Any, *, config: Any, ctor_kwargs: dict) -> None:
+    """Runner side: run the runner class's constructor on this actor (again).
+
+    A standby actor (see ``_ray_setup.standby_class``) becomes the runner this
+    way; a runner with a broken env is rebuilt without a new process.
+    """
+    init = getattr(type(runner), "_runner_init", None) or type(runner).__init__
+    init(runner, config=config, **{**ctor_kwargs, "recreated_worker": True})
+    runner._standby = False
+
+
+def rebuild_runner(runner: Any, *, config: Any, ctor_kwargs: dict, delay_s: float = 0.0) -> str:
+    """Runner side: stop the runner and run its constructor again, in the same process.
+
+    Why: a runner whose env broke is rebuilt in well under a second this way (no
+    new process, no re-import of torch). If the constructor itself fails, the
+    process exits so that Ray restarts it from scratch.
+    """
+    if delay_s > 0:
+        time.sleep(delay_s)
+    try:
+        runner.stop()
+    except Exception as err:  # a broken env may fail to close; it is dropped anyway
+        logger.warning("stop() before rebuilding raised %r", err)
+    try:
+        become_runner(runner, config=config, ctor_kwargs=ctor_kwargs)
+    except BaseException:
+        logger.exception("Rebuilding the env runner failed; exiting so that Ray restarts it.")
+        os._exit(1)
+    return "rebuilt"
+
+
+def restore_runner(
+    runner: Any, *, state: dict, config: Any = None, ctor_kwargs: dict | None = None
+) -> int:
+    """Runner side: (standby: become the runner, then) apply the group's latest state."""
+    if getattr(runner, "_standby", False):
+        if ctor_kwargs is None:
+            raise EnvRunnerError("a standby runner was restored without its constructor arguments")
+        try:
+            become_runner(runner, config=config, ctor_kwargs=ctor_kwargs)
+        except Exception as err:
+            raise _runner_error(runner, "the runner constructor", err) from err
+    return apply_state(runner, state)
+
+
+def stop_runner(runner: Any) -> None:
+    """Runner side: ``runner.stop()``."""
+    runner.stop()
+
+
+def get_connector_states(runner: Any) -> dict:
+    """Runner side: the runner's connector states (no weights)."""
+    return runner.get_state(components=[E2M, M2E])
+
+
+def module_state(runner: Any) -> dict:
+    """Runner side: the runner's module weights and ``weights_seq_no``."""
+    return runner.get_state(components=[RL_MODULE])
+
+
+def _sub_envs(runner: Any) -> list[Any]:
+    env = getattr(runner, "env", None)
+    if env is None:
+        return []
+    envs = getattr(env, "envs", None)
+    if envs is None and hasattr(env, "env"):
+        envs = getattr(env.env, "envs", None)
+    return list(envs) if envs is not None else [env]
+
+
+def visit_sub_envs(runner: Any, env_func: Callable[..., Any], with_context: bool = False) -> list:
+    """Runner side: ``[env_func(sub_env) ...]`` (or ``env_func(sub_env, env_context)``).
+
+    Uses the runner's own ``foreach_env``/``foreach_env_with_context`` when it has
+    them (old stack), else the sub-envs of its vector env.
+    """
+    own = getattr(runner, "foreach_env_with_context" if with_context else "foreach_env", None)
+    if own is not None:
+        return own(env_func)
+    envs = _sub_envs(runner)
+    if not with_context:
+        return [env_func(e) for e in envs]
+    ctx = getattr(runner, "_env_context", None)
+    out = []
+    for i, e in enumerate(envs):
+        sub_ctx = ctx.copy_with_overrides(vector_index=i) if ctx is not None else None
+        out.append(env_func(e, sub_ctx))
+    return out
+
+
+def merge_on_runner(runner: Any, states: list[dict], base: dict) -> dict:
+    """Runner side: merge connector states with this runner's pipelines."""
+    from envrunners.env._group_state_sync import merge_connector_states, pipelines_of
+
+    e2m, m2e = pipelines_of(runner, None, None)
+    return merge_connector_states(states, base=base, env_to_module=e2m, module_to_env=m2e)
