@@ -17,6 +17,7 @@ from common import api, median_rate
 
 WORKLOAD = "W2"
 BATCH = 4000
+WARMUP_S = 5.0
 
 
 def _config(target: str, num_env_runners: int, num_envs: int):
@@ -66,8 +67,11 @@ def run_group(target: str, repeats: int) -> dict:
         group.sync_weights()
         return sum(len(e) for e in episodes)
 
-    for _ in range(2):
+    warm_until = time.perf_counter() + WARMUP_S
+    for k in range(1000):  # >= 2 iterations and >= WARMUP_S: start-up work has settled
         iteration()
+        if k >= 1 and time.perf_counter() >= warm_until:
+            break
     latencies, rates = [], []
     for _ in range(max(repeats, 3)):
         t = time.perf_counter()

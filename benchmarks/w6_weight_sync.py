@@ -65,11 +65,11 @@ def run(target: str, repeats: int = 5, sizes=tuple(SIZES)):
         arrays = [v for v in _leaves(weights)]
         num_params = int(sum(np.asarray(a).size for a in arrays))
 
-        def sync() -> None:
+        def sync(group=group) -> None:
             group.sync_weights()
             group.foreach_env_runner(_barrier, local_env_runner=False)
 
-        def put_get() -> None:
+        def put_get(weights=weights) -> None:
             ray.get(ray.put(weights))
 
         sync_s = _measure(sync, max(repeats, 3))
