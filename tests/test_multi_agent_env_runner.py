@@ -335,12 +335,37 @@ class TestBadInput:
         finally:
             BadMultiAgentEnv.raises_left = 10**9
 
-    def test_no_module_random_actions_only(self):
-        config = ma_config().rl_module(rl_module_spec=None)
-        r = MultiAgentEnvRunner(config, spaces={})
-        assert r.module is not None  # spaces come from the env
-        eps = r.sample(num_timesteps=5, random_actions=True)
-        assert total(eps) == 5
+    def test_local_runner_without_env(self):
+        spaces = MultiAgentEnvRunner(ma_config()).get_spaces()
+        config = ma_config().env_runners(num_env_runners=2)
+        local = MultiAgentEnvRunner(config, worker_index=0, spaces=spaces)
+        assert local.env is None and set(local.module.keys()) == {"p0", "p1"}
+        assert local.get_spaces()["p1"] == spaces["p1"]
+        with pytest.raises(ValueError, match="doesn't have an env"):
+            local.sample(num_timesteps=1)
+        bare = MultiAgentEnvRunner(config, worker_index=0)
+        assert bare.module is None
+        with pytest.raises(AssertionError, match="env=missing"):
+            bare.assert_healthy()
+
+    def test_bad_module_spec(self):
+        with pytest.raises(ConfigError, match="RLModuleSpec or a MultiRLModuleSpec"):
+            MultiAgentEnvRunner(ma_config().rl_module(rl_module_spec="not a spec"))
+
+    def test_multi_rl_module_spec_per_module(self):
+        from envrunners.core.rl_module.multi_rl_module import MultiRLModuleSpec
+        from envrunners.core.rl_module.rl_module import RLModuleSpec
+
+        spec = MultiRLModuleSpec(
+            rl_module_specs={
+                "p0": RLModuleSpec(model_config={"fcnet_hiddens": [8]}),
+                "p1": RLModuleSpec(model_config={"fcnet_hiddens": [16]}),
+            }
+        )
+        r = MultiAgentEnvRunner(ma_config().rl_module(rl_module_spec=spec))
+        sizes = {m: sd["encoder.layers.0.weight"].shape[0] for m, sd in r.get_weights().items()}
+        assert sizes == {"p0": 8, "p1": 16}
+        assert total(r.sample(num_timesteps=5)) == 5
 
 
 class TestAsyncAndFilters:

@@ -150,7 +150,11 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, EnvRunner):
             self._env_to_module[mid], self._module_to_env[mid] = e2m, m2e
 
     def make_module(self) -> None:
-        """Build a ``MultiRLModule`` with one module per policy id (None if it cannot be built)."""
+        """Build a ``MultiRLModule`` with one module per policy id.
+
+        ``module`` stays None (only random actions) if spaces are unknown or the
+        default module cannot handle them; a bad ``rl_module_spec`` raises.
+        """
         spaces = self.get_spaces()
         missing = [mid for mid in self._module_ids if mid not in spaces]
         self.module, self._module_error = None, None
@@ -161,7 +165,12 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, EnvRunner):
             self.module = setup.build_modules(
                 self.config, {mid: spaces[mid] for mid in self._module_ids}
             )
-        except (NotImplementedError, ConfigError) as err:
+        except NotImplementedError as err:
+            self._module_error = str(err)
+        except ConfigError as err:
+            if self.config.rl_module_spec is not None:
+                raise  # the user's own module spec is wrong: say so now
+            # The default module cannot handle these spaces; random actions still work.
             self._module_error = str(err)
 
     # -- hooks used by the sampler -------------------------------------------------
