@@ -25,7 +25,11 @@ def _config(target: str, num_env_runners: int, num_envs: int):
     config = (
         PPOConfig()
         .environment("CartPole-v1")
-        .env_runners(num_env_runners=num_env_runners, num_envs_per_env_runner=num_envs)
+        .env_runners(
+            num_env_runners=num_env_runners,
+            num_envs_per_env_runner=num_envs,
+            rollout_fragment_length="auto",  # RLlib's PPO default, set for both targets
+        )
     )
     if target == "ray.rllib":
         config = config.api_stack(

@@ -44,7 +44,7 @@ def _config(target: str):
     config = (
         PPOConfig()
         .environment("CartPole-v1")
-        .env_runners(num_env_runners=2, num_envs_per_env_runner=8)
+        .env_runners(num_env_runners=2, num_envs_per_env_runner=8, rollout_fragment_length="auto")
     )
     if target == "ray.rllib":
         config = config.api_stack(
