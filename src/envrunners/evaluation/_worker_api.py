@@ -13,8 +13,6 @@ import socket
 from collections.abc import Callable, Collection
 from typing import Any
 
-import numpy as np
-
 from envrunners.core import DEFAULT_POLICY_ID
 from envrunners.errors import UnknownPolicyError
 from envrunners.evaluation._policy_setup import (
@@ -22,18 +20,18 @@ from envrunners.evaluation._policy_setup import (
     complete_policy_specs,
     make_is_policy_to_train,
 )
+from envrunners.evaluation._sgd import do_minibatch_sgd
 from envrunners.evaluation.sampler import fire
 from envrunners.policy.policy import Policy
 from envrunners.policy.policy_spec import PolicySpec
 from envrunners.policy.sample_batch import (
     MultiAgentBatch,
-    SampleBatch,
     convert_ma_batch_to_sample_batch,
 )
 from envrunners.policy.torch_policy import TorchPolicy
 from envrunners.utils.filter import get_filter
 
-__all__ = ["WorkerAPIMixin", "do_minibatch_sgd"]
+__all__ = ["WorkerAPIMixin"]
 
 logger = logging.getLogger("envrunners")
 
@@ -63,41 +61,6 @@ def _resolve_refs(weights: dict[str, Any]) -> dict[str, Any]:
 
     values = ray.get(list(refs.values()))
     return {**weights, **dict(zip(refs, values))}
-
-
-def do_minibatch_sgd(
-    samples: Any,
-    policies: Any,
-    local_worker: Any,
-    num_sgd_iter: int,
-    sgd_minibatch_size: int,
-    standardize_fields: list[str],
-) -> dict[str, Any]:
-    """``num_sgd_iter`` epochs of ``sgd_minibatch_size`` minibatches for each trainable policy.
-
-    Fields in ``standardize_fields`` are standardised (over each policy's batch) first.
-    """
-    ma = samples.as_multi_agent() if isinstance(samples, SampleBatch) else samples
-    info: dict[str, Any] = {}
-    for pid, batch in ma.policy_batches.items():
-        if pid not in local_worker.get_policies_to_train(ma):
-            continue
-        batch = batch.copy(shallow=True)
-        for field in standardize_fields or []:
-            if field in batch:
-                col = np.asarray(batch[field], dtype=np.float32)
-                batch[field] = (col - col.mean()) / max(float(col.std()), 1e-4)
-        policy = policies[pid]
-        if isinstance(policy, TorchPolicy):
-            info[pid] = policy.learn_on_batch(
-                batch, num_epochs=num_sgd_iter, minibatch_size=sgd_minibatch_size or None
-            )
-            continue
-        size = sgd_minibatch_size or batch.count
-        for _ in range(num_sgd_iter):
-            for start in range(0, batch.count, size):
-                info[pid] = policy.learn_on_batch(batch[start : start + size])
-    return info
 
 
 class WorkerAPIMixin:

@@ -24,6 +24,10 @@ from envrunners.core.columns import Columns
 from envrunners.core.rl_module import default_torch_rl_module as default_model
 from envrunners.core.rl_module.rl_module import RLModule, RLModuleSpec
 from envrunners.errors import ConfigError
+from envrunners.policy._optimizer_state import (
+    optimizer_state_from_plain,
+    optimizer_state_to_plain,
+)
 from envrunners.policy.policy import Policy
 
 __all__ = ["TorchPolicy", "TorchPolicyV2"]
@@ -407,7 +411,7 @@ class TorchPolicy(Policy):
     def get_state(self) -> dict[str, Any]:
         """Spec, weights, counters and the optimizer's state (as plain data)."""
         state = super().get_state()
-        state["_optimizer_variables"] = _optimizer_state_to_plain(self._optimizer.state_dict())
+        state["_optimizer_variables"] = optimizer_state_to_plain(self._optimizer.state_dict())
         return state
 
     def set_state(self, state: Mapping[str, Any]) -> None:
@@ -415,46 +419,13 @@ class TorchPolicy(Policy):
         super().set_state(state)
         optim = state.get("_optimizer_variables")
         if optim:
-            self._optimizer.load_state_dict(_optimizer_state_from_plain(optim))
+            self._optimizer.load_state_dict(optimizer_state_from_plain(optim))
 
     def export_model(self, export_dir: str | os.PathLike, onnx: int | None = None) -> None:
         """Write the module's weights to ``export_dir`` (``module_state.npz``)."""
         if onnx:
             raise NotImplementedError("ONNX export is not supported; the weights are saved.")
         self.model.save_to_path(export_dir)
-
-
-def _optimizer_state_to_plain(state: dict[str, Any]) -> dict[str, Any]:
-    """A torch optimizer ``state_dict`` with str keys and numpy leaves (checkpointable)."""
-
-    def leaf(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return v.detach().cpu().numpy().copy()
-        if isinstance(v, tuple):
-            return list(v)
-        return v
-
-    return {
-        "state": {str(k): {n: leaf(v) for n, v in s.items()} for k, s in state["state"].items()},
-        "param_groups": [{n: leaf(v) for n, v in g.items()} for g in state["param_groups"]],
-    }
-
-
-def _optimizer_state_from_plain(plain: Mapping[str, Any]) -> dict[str, Any]:
-    def leaf(name: str, v: Any) -> Any:
-        if isinstance(v, np.ndarray):
-            return torch.from_numpy(v.copy())
-        if name == "betas" and isinstance(v, list):
-            return tuple(v)
-        return v
-
-    return {
-        "state": {int(k): {n: leaf(n, v) for n, v in s.items()} for k, s in plain["state"].items()},
-        "param_groups": [
-            {n: (list(v) if n == "params" else leaf(n, v)) for n, v in g.items()}
-            for g in plain["param_groups"]
-        ],
-    }
 
 
 TorchPolicyV2 = TorchPolicy  # RLlib's second torch policy base; one class here.
