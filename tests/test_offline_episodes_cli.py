@@ -61,8 +61,8 @@ def same_batch(a, b):
 
 
 def test_record_episodes_hook_writes_one_line_per_chunk(runner_and_episodes):
+    # The runner's sample() already called record_episodes (config.output is set).
     runner, episodes, out = runner_and_episodes
-    record_episodes(runner, episodes)
     assert glob.glob(os.path.join(out, "*.json")) == []  # still open, under a temporary name
     close_episode_writer(runner)
     (path,) = glob.glob(os.path.join(out, "*.json"))

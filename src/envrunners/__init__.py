@@ -51,6 +51,17 @@ _EXPORTS: dict[str, str] = {
     "SingleAgentEnvRunner": "envrunners.env.single_agent_env_runner",
     "StepFailedRecreateEnvError": "envrunners.env.env_errors",
     "register_env": "envrunners.env.registry",
+    # old stack
+    "Policy": "envrunners.policy.policy",
+    "TorchPolicy": "envrunners.policy.torch_policy",
+    "PolicyMap": "envrunners.policy.policy_map",
+    "RolloutWorker": "envrunners.evaluation.rollout_worker",
+    "SyncSampler": "envrunners.evaluation.sampler",
+    "SamplerInput": "envrunners.evaluation.sampler",
+    "RolloutMetrics": "envrunners.evaluation.metrics",
+    "compute_advantages": "envrunners.evaluation.postprocessing",
+    "PGTorchPolicy": "envrunners.algorithms.pg",
+    "PPOTorchPolicy": "envrunners.algorithms.ppo",
     # offline data
     "InputReader": "envrunners.offline.input_reader",
     "IOContext": "envrunners.offline.io_context",
