@@ -24,6 +24,7 @@ Ray is imported lazily, so importing this module (as every runner does) is cheap
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -414,15 +415,39 @@ class FaultTolerantActorManager(AsyncCallsMixin):
 
         refs = [self._fire(i, f, kw) for i, f, kw in zip(ids, funcs, kws)]
         meta = {ref: (None, i) for ref, i in zip(refs, ids)}
-        ready, not_ready = ray.wait(
-            refs, num_returns=len(refs), timeout=timeout_seconds, fetch_local=not return_obj_refs
-        )
+        by_ref: dict[Any, CallResult] = {}
+
+        def take(ready: list[Any]) -> None:
+            got = self._collect(ready, meta, return_obj_refs, mark_healthy)
+            by_ref.update(zip(ready, got.result_or_errors))
+
+        if return_obj_refs or (timeout_seconds is not None and timeout_seconds <= 0):
+            ready, not_ready = ray.wait(
+                refs,
+                num_returns=len(refs),
+                timeout=timeout_seconds,
+                fetch_local=not return_obj_refs,
+            )
+            take(ready)
+        else:
+            # Unpack each result as it arrives, overlapping the slower actors' work.
+            deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+            not_ready = list(refs)
+            while not_ready:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                ready, not_ready = ray.wait(not_ready, num_returns=1, timeout=left)
+                if not ready:
+                    break
+                if not_ready:
+                    more, not_ready = ray.wait(not_ready, num_returns=len(not_ready), timeout=0)
+                    ready += more
+                take(ready)
         if not_ready and timeout_seconds is not None and timeout_seconds > 0:
             for ref in not_ready:
                 self._missed_deadline(meta[ref][1])
-        ready_set = set(ready)
-        in_order = [r for r in refs if r in ready_set]
-        return self._collect(in_order, meta, return_obj_refs, mark_healthy)
+        results = RemoteCallResults()
+        results.result_or_errors = [by_ref[r] for r in refs if r in by_ref]
+        return results
 
     @staticmethod
     def handle_remote_call_result_errors(
