@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
 import pytest
+import ray.cloudpickle
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.env.env_runner import EnvRunner
 from envrunners.env.env_runner_group import EnvRunnerGroup
 from envrunners.errors import ConfigError
 from envrunners.evaluation.worker_set import WorkerSet
+
+# Ray workers cannot import this test module by name: ship its classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def make_config(num_env_runners=2, **env_runners):
@@ -266,3 +272,70 @@ class TestLifecycle:
         assert g.num_remote_env_runners() == 0
         assert wait_until(lambda: all(actor_state_in_gcs(h) == "DEAD" for h in handles))
         assert wait_until(lambda: not any(psutil.pid_exists(p) for p in pids))
+
+
+class PolicyRunner(EnvRunner):
+    """The smallest old-stack-like runner: a policy map and no env."""
+
+    def __init__(self, *, config, **kwargs):
+        super().__init__(config=config, **kwargs)
+        self.policy_map = {"default_policy": "built-in"}
+        self.trainable = {"default_policy"}
+
+    def assert_healthy(self):
+        pass
+
+    def sample(self, **kwargs):
+        return []
+
+    def get_spaces(self):
+        return {}
+
+    def add_policy(self, policy_id, policy_cls=None, policy=None, **kwargs):
+        self.policy_map[policy_id] = policy if policy is not None else policy_cls.__name__
+        if kwargs.get("policies_to_train") is not None:
+            self.trainable = set(kwargs["policies_to_train"])
+
+    def foreach_policy(self, func):
+        return [func(p, pid) for pid, p in self.policy_map.items()]
+
+    def foreach_policy_to_train(self, func):
+        return [func(self.policy_map[pid], pid) for pid in sorted(self.trainable)]
+
+    def is_policy_to_train(self, policy_id, batch=None):
+        return policy_id in self.trainable
+
+
+class Linear:
+    pass
+
+
+def test_any_env_runner_class_and_policy_pass_throughs(ray_session):
+    config = AlgorithmConfig().env_runners(
+        env_runner_cls=PolicyRunner, num_env_runners=1, num_cpus_per_env_runner=0
+    )
+    with EnvRunnerGroup(config=config, standby_env_runner=False) as g:
+        assert isinstance(g.local_env_runner, PolicyRunner)
+        assert g.foreach_policy(lambda p, pid: pid) == ["default_policy"] * 2
+        g.add_policy("p1", policy_cls=Linear, policies_to_train=["p1"])
+        assert (
+            g.foreach_policy(lambda p, pid: (pid, p))
+            == [
+                ("default_policy", "built-in"),
+                ("p1", "Linear"),
+            ]
+            * 2
+        )
+        assert g.foreach_policy_to_train(lambda p, pid: pid) == ["p1", "p1"]
+        assert g.is_policy_to_train("p1") and not g.is_policy_to_train("default_policy")
+        with pytest.raises(KeyError, match="Policy ID 'p1' already exists"):
+            g.add_policy("p1", policy_cls=Linear)
+        with pytest.raises(ValueError, match="Only one of `policy_cls` or `policy`"):
+            g.add_policy("p2")
+        assert g.foreach_env(lambda env: 1) == [[], []]  # runners without envs
+    no_local = EnvRunnerGroup(config=config, local_env_runner=False, standby_env_runner=False)
+    try:
+        with pytest.raises(NotImplementedError, match="needs a local env runner"):
+            no_local.is_policy_to_train("default_policy")
+    finally:
+        no_local.stop()
