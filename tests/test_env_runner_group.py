@@ -143,10 +143,13 @@ class TestWeights:
     def test_sync_weights_versions_and_back_to_back(self, group):
         local = group.local_env_runner
         base = module_weights(local)
+        # Keep the runners busy so that the first push is still in flight at the second.
+        assert group.foreach_env_runner_async(lambda w: time.sleep(0.5), tag="busy") == 2
         local.set_state({"rl_module": scaled(base, 1.0), "weights_seq_no": 5})
         group.sync_weights()
         local.set_state({"rl_module": scaled(base, 2.0), "weights_seq_no": 6})
         group.sync_weights()  # back to back: RLlib drops this one while the first is in flight
+        assert group._worker_manager.num_pending_calls("__sync_weights__") == 2  # not dropped
         states = group.foreach_env_runner(
             lambda w: (w.get_state(components="rl_module"), w._weights_seq_no),
             local_env_runner=False,
@@ -155,6 +158,7 @@ class TestWeights:
             assert seq == 6
             for key, value in state["rl_module"].items():
                 np.testing.assert_array_equal(value, base[key] * 0 + 2.0)
+        group.fetch_ready_async_reqs(tags="busy", timeout_seconds=None)
 
     def test_sync_weights_to_some_runners_awaited(self, group):
         local = group.local_env_runner
