@@ -30,7 +30,7 @@ from common import api
 WORKLOAD = "W7"
 BATCH = 4000
 DEADLINE_S = 180.0
-WARMUP_S = 8.0
+WARMUP_S = 12.0
 
 
 def _register_by_value() -> None:

@@ -256,7 +256,9 @@ class TestLifecycle:
 
         from envrunners.utils.actor_manager import actor_state_in_gcs
 
-        g = EnvRunnerGroup(config=make_config(num_env_runners=1), local_env_runner=False)
+        g = EnvRunnerGroup(
+            config=make_config(num_env_runners=1), local_env_runner=False, standby_env_runner=True
+        )
         assert g.local_env_runner is None
         with pytest.raises(TypeError, match="Must provide `from_worker_or_learner_group`"):
             g.sync_weights()
@@ -268,7 +270,7 @@ class TestLifecycle:
         assert wait_until(lambda: actor_state_in_gcs(old[0]) == "DEAD")
         g.add_workers(1)
         assert g.healthy_env_runner_ids() == [3, 4]
-        assert g._standby is not None  # restart_failed_env_runners: a standby waits
+        assert g._standby is not None  # a standby waits
         handles = g.remote_workers() + [g._standby]
         pids = g.foreach_env_runner(lambda w: os.getpid())
         pids.append(ray_session.get(g._standby.apply.remote(lambda w: os.getpid())))

@@ -38,6 +38,9 @@ __all__ = ["GroupRecovery"]
 logger = logging.getLogger("envrunners")
 
 _WAITING = ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY")
+#: A group started without ``standby_env_runner=True`` starts its standby after
+#: being in use this long (seconds).
+STANDBY_AFTER_S = 5.0
 _MAX_RESTORE_FAILURES = 3
 
 
@@ -52,6 +55,7 @@ class GroupRecovery:
     _config_ref: Any
     env_runner_cls: type
     _standby_on: bool
+    _standby_due: float
     _stopped: bool
 
     def _init_recovery(self) -> None:
@@ -371,6 +375,8 @@ class GroupRecovery:
                 tags=list(sync.INTERNAL_TAGS), timeout_seconds=0
             )
             self._handle_errors(results)
+        if self._standby is None and time.monotonic() >= self._standby_due:
+            self._spawn_standby(reserve_cpus=False)
         auto = bool(self._remote_config.restart_failed_env_runners)
         if self._restore_calls or (auto and manager.num_healthy_actors() < manager.num_actors()):
             self._poll_restores(0.0)

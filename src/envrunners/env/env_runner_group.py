@@ -25,6 +25,7 @@ Ray is started on demand (or joined, see ``_ray_setup``); with
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +33,7 @@ from envrunners.env import _ray_setup
 from envrunners.env import _runner_side as sync
 from envrunners.env._group_api import GroupLegacyAPI
 from envrunners.env._group_calls import INTERNAL_TAGS, GroupCalls
-from envrunners.env._group_recovery import GroupRecovery
+from envrunners.env._group_recovery import STANDBY_AFTER_S, GroupRecovery
 from envrunners.env._group_state_sync import GroupStateSync
 from envrunners.errors import ConfigError, EnvRunnerError
 from envrunners.utils.actor_manager import FaultTolerantActorManager
@@ -61,8 +62,10 @@ class EnvRunnerGroup(GroupCalls, GroupStateSync, GroupRecovery, GroupLegacyAPI):
         num_env_runners: Number of remote runners (default: the config's).
         standby_env_runner: Keep one idle standby actor (imports done, nothing
             built, no CPU reserved until it is used) that takes a dead runner's
-            place in milliseconds instead of a process restart. Default: on when
-            ``restart_failed_env_runners`` and the runners use no GPUs.
+            place in milliseconds instead of a process restart. True starts it
+            with the runners; None (default) starts it once the group has been in
+            use for ``STANDBY_AFTER_S`` seconds, if ``restart_failed_env_runners``
+            and the runners use no GPUs; False never.
         num_workers: Deprecated; use ``num_env_runners``.
         local_worker: Deprecated; use ``local_env_runner``.
 
@@ -131,6 +134,9 @@ class EnvRunnerGroup(GroupCalls, GroupStateSync, GroupRecovery, GroupLegacyAPI):
         self._owns_ray = False
         self._stopped = False
         self._standby_on = _ray_setup.standby_enabled(config, standby_env_runner)
+        #: When the standby starts: at once if asked for, else once the group has
+        #: been in use a while (short-lived groups, e.g. in tests, never pay for it).
+        self._standby_due = 0.0 if standby_env_runner else float("inf")
         self._init_recovery()
         if _setup:
             n = config.num_env_runners if num_env_runners is None else num_env_runners
@@ -230,7 +236,10 @@ class EnvRunnerGroup(GroupCalls, GroupStateSync, GroupRecovery, GroupLegacyAPI):
         self._ctor_kwargs.update(dict(zip(ids, kwargs_list)))
         if validate:
             self._validate(ids)
-        self._spawn_standby(reserve_cpus=False)
+        if self._standby_due == 0.0:
+            self._spawn_standby(reserve_cpus=False)
+        elif self._standby_due == float("inf"):
+            self._standby_due = time.monotonic() + STANDBY_AFTER_S
 
     def _validate(self, ids: list[int]) -> None:
         timeout = float(self._remote_config.env_runner_restore_timeout_s)
