@@ -165,22 +165,14 @@ class GroupRecovery:
                 ray.kill(handle, no_restart=True)
             self._given_up.add(actor_id)
             return
-        if not alive:
-            self._replace_dead(actor_id)  # else Ray restarts the process (max_restarts)
-            return
-        self._rebuilds[actor_id] += 1
-        limit = int(config.max_num_env_runner_restarts)
-        if 0 <= limit < self._rebuilds[actor_id]:
-            logger.error(
-                "env runner %d failed again after max_num_env_runner_restarts=%d restarts; "
-                "taking it out of service for good.",
-                actor_id,
-                limit,
-            )
-            ray.kill(handle, no_restart=True)
-            self._given_up.add(actor_id)
-            return
         self._fault_streak[actor_id] += 1
+        if not self._may_restart(actor_id):
+            return
+        if not alive:
+            # A first failure in a row gets the standby; a crash loop waits for Ray.
+            if self._fault_streak[actor_id] <= 1:
+                self._replace_dead(actor_id)  # else Ray restarts the process
+            return
         delay = 0.0
         if self._fault_streak[actor_id] > 1:
             delay = float(config.delay_between_env_runner_restarts_s)
@@ -192,6 +184,24 @@ class GroupRecovery:
         handle.apply.remote(
             sync.rebuild_runner, config=self._config_ref(), ctor_kwargs=kwargs, delay_s=delay
         )
+
+    def _may_restart(self, actor_id: int) -> bool:
+        """Count a restart by the group; beyond ``max_num_env_runner_restarts`` give up."""
+        import ray
+
+        self._rebuilds[actor_id] += 1
+        limit = int(self._remote_config.max_num_env_runner_restarts)
+        if 0 <= limit < self._rebuilds[actor_id]:
+            logger.error(
+                "env runner %d failed again after max_num_env_runner_restarts=%d restarts; "
+                "taking it out of service for good.",
+                actor_id,
+                limit,
+            )
+            ray.kill(self._worker_manager.get_actor(actor_id), no_restart=True)
+            self._given_up.add(actor_id)
+            return False
+        return True
 
     # ------------------------------------------------------------------ standby
     def _spawn_standby(self, reserve_cpus: bool) -> None:
@@ -313,6 +323,10 @@ class GroupRecovery:
                 continue
             gcs = None if only is not None else actor_state_in_gcs(manager.get_actor(actor_id))
             if gcs == "DEAD":
+                restart = bool(self._remote_config.restart_failed_env_runners)
+                if restart and self._replace_dead(actor_id):
+                    self._may_restart(actor_id)
+                    continue
                 logger.error("env runner %d is dead and cannot be restarted.", actor_id)
                 self._given_up.add(actor_id)
                 continue
@@ -321,7 +335,13 @@ class GroupRecovery:
             self._fire_restore(actor_id)
         if not self._restore_calls:
             return
-        refs = {ref: actor_id for actor_id, (ref, _, _) in self._restore_calls.items()}
+        refs = {
+            ref: actor_id
+            for actor_id, (ref, _, _) in self._restore_calls.items()
+            if only is None or actor_id in only
+        }
+        if not refs:
+            return
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         for ref in ready:
             actor_id = refs[ref]
