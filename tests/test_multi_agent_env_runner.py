@@ -384,6 +384,18 @@ class TestAsyncAndFilters:
             assert not any(p.is_alive() for p in procs)
         assert out["sync"] == out["async"]
 
+    def test_async_hung_sub_env_is_reported(self):
+        config = ma_config(
+            env=BadMultiAgentEnv, num_envs=2, policies={"p0"},
+            policy_mapping_fn=lambda a, e, **k: "p0",
+        ).environment(env_config={"bug": "slow", "sleep": 1.0})  # fmt: skip
+        config = config.env_runners(gym_env_vectorize_mode="async", sample_timeout_s=0.2)
+        r = MultiAgentEnvRunner(config)
+        with pytest.raises(EnvRunnerError, match="sub-environment 0: no answer within"):
+            r.sample(num_timesteps=2)
+        assert not any(p.is_alive() for p in r.env.processes)
+        r.stop()
+
     def test_mean_std_filter_and_box_actions(self):
         config = ma_config(env=make_multi_agent("Pendulum-v1"), num_envs=2).env_runners(
             observation_filter="MeanStdFilter"

@@ -82,7 +82,8 @@ def make_vector_env(
     """The runner's vector env: sync by default, worker processes for ``"async"``.
 
     ``gym_env_vectorize_mode="async"`` or ``remote_worker_envs=True`` selects
-    ``AsyncVectorMultiAgentEnv``.
+    ``AsyncVectorMultiAgentEnv`` (each answer waited for at most
+    ``sample_timeout_s``).
 
     Raises:
         ConfigError: ``gym_env_vectorize_mode="vector_entry_point"`` (not for multi-agent).
@@ -98,7 +99,9 @@ def make_vector_env(
         )
     fns = [_env_fn(config.env, ctx.copy_with_overrides(vector_index=i)) for i in range(n)]
     if mode == "async" or config.remote_worker_envs:
-        return AsyncVectorMultiAgentEnv(fns), ctx
+        # A sub-env that does not answer within sample_timeout_s is reported, not waited on.
+        timeout = getattr(config, "sample_timeout_s", None)
+        return AsyncVectorMultiAgentEnv(fns, timeout_s=timeout or None), ctx
     return SyncVectorMultiAgentEnv(fns, copy=False), ctx
 
 
