@@ -93,6 +93,10 @@ def _load_runner(folder: Path) -> Any:
 def run_bench(args: argparse.Namespace) -> int:
     """Entry point of ``envrunners bench``; returns the exit code."""
     folder = find_benchmarks(args.benchmarks_dir)
+    # Workload modules are imported by name (``w2_group``); Ray workers started by a
+    # workload inherit PYTHONPATH, so they can unpickle functions defined there.
+    paths = [str(folder), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     bench = _load_runner(folder)
     known = bench.discover()
     names = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
@@ -163,9 +167,15 @@ def _metric(record: dict) -> str | None:
     return next((m for m in _METRICS if record.get(m)), None)
 
 
-def _fmt(value: float | None, metric: str) -> str:
-    if value is None:
+def _fmt(record: dict | None, metric: str) -> str:
+    """The measurement as people read it: a rate, or a time where the workload is a latency."""
+    if not record or not record.get(metric):
         return "-"
+    if record.get("sync_ms") is not None:
+        return f"{record['sync_ms']:,.1f} ms"
+    if record.get("restore_s") is not None:
+        return f"{record['restore_s']:,.2f} s"
+    value = record[metric]
     return f"{value:,.1f} MB/s" if metric == "mb_per_s" else f"{value:,.0f}/s"
 
 
@@ -188,10 +198,10 @@ def _print_table(ours: list[dict], theirs: list[dict]) -> None:
         a = mine.get(metric) if mine else None
         b = other.get(metric) if other else None
         ratio = f"{a / b:.2f}x" if a and b else "-"
-        rows.append((str(record.get("workload")), _case(record), _fmt(a, metric),
-                     _fmt(b, metric), ratio))  # fmt: skip
+        rows.append((str(record.get("workload")), _case(record), _fmt(mine, metric),
+                     _fmt(other, metric), ratio))  # fmt: skip
     print_table(
-        "envrunners bench (medians; ratio = envrunners / ray.rllib, same run)",
+        "envrunners bench (medians; ratio = envrunners speed / ray.rllib speed, same run)",
         ("workload", "case", "envrunners", "ray.rllib", "ratio"),
         rows,
         text_columns=2,

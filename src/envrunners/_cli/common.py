@@ -207,20 +207,20 @@ def embedded_ray(num_cpus_needed: float, *, debug: bool = False) -> Iterator[boo
     if not debug:
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     address = os.environ.get("RAY_ADDRESS")
-    with quiet:
-        if address:
-            ray.init(address=address, logging_level=level, log_to_driver=debug)
-        else:
-            ray.init(
-                num_cpus=max(2, os.cpu_count() or 2, math.ceil(num_cpus_needed)),
-                include_dashboard=False,
-                logging_level=level,
-                log_to_driver=debug,
-                _system_config=dict(EMBEDDED_SYSTEM_CONFIG),
-            )
     try:
+        with quiet:
+            if address:
+                ray.init(address=address, logging_level=level, log_to_driver=debug)
+            else:
+                ray.init(
+                    num_cpus=max(2, os.cpu_count() or 2, math.ceil(num_cpus_needed)),
+                    include_dashboard=False,
+                    logging_level=level,
+                    log_to_driver=debug,
+                    _system_config=dict(EMBEDDED_SYSTEM_CONFIG),
+                )
         yield True
-    finally:
+    finally:  # also after a Ctrl-C in the middle of ray.init: no half-started Ray is left
         with contextlib.suppress(Exception):
             ray.shutdown()
 

@@ -165,13 +165,13 @@ def build_config(args: argparse.Namespace, run: dict | None) -> Any:
 # ---------------------------------------------------------------------- the command
 def run_sample(args: argparse.Namespace) -> int:
     """Entry point of ``envrunners sample``; returns the exit code."""
-    from envrunners._cli.train import _load_checkpoint
+    from envrunners._cli.train import load_checkpoint
 
     saved = None
     if args.checkpoint:
         if args.multi_agent:
             raise CliError("--checkpoint works with single-agent envs only (no --multi-agent)")
-        saved = _load_checkpoint(Path(args.checkpoint))
+        saved = load_checkpoint(Path(args.checkpoint))
     elif args.greedy:
         raise CliError("--greedy needs --checkpoint (random actions have no greedy mode)")
     out = common.prepare_output_dir(args.output, "--output directory") if args.output else None

@@ -167,9 +167,7 @@ class PPOLearner:
         lengths = np.array([len(e) for e in chunks], dtype=np.int64)
         # Every chunk has len + 1 observations: the last one bootstraps the chunk.
         all_obs = np.concatenate([np.asarray(e.get_observations()) for e in chunks])
-        with torch.no_grad():
-            all_values = self.module.compute_values({Columns.OBS: torch.from_numpy(all_obs)})
-        all_values = all_values.numpy().astype(np.float32)
+        all_values = self._value_estimates(all_obs)
         ends = np.cumsum(lengths + 1)
         starts = ends - (lengths + 1)
         step_rows = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)])
@@ -197,6 +195,12 @@ class PPOLearner:
             "advantages": advantages[valid],
             "value_targets": targets[valid],
         }
+
+    def _value_estimates(self, obs: np.ndarray) -> np.ndarray:
+        """``V(obs)`` from the module's value head, as float32 numpy (one batched call)."""
+        with torch.no_grad():
+            values = self.module.compute_values({Columns.OBS: torch.from_numpy(obs)})
+        return values.numpy().astype(np.float32)
 
     def _gae_params(self) -> tuple[float, float]:
         return float(self.config.gamma), float(getattr(self.config, "lambda_", 1.0))
@@ -346,43 +350,19 @@ class PPOLearner:
 class PGLearner(PPOLearner):
     """Vanilla policy gradient (REINFORCE) with the same batching and state as ``PPOLearner``.
 
-    Advantages are the discounted returns of each chunk (``lambda_=1`` and zero
-    values, bootstrapping nothing), standardised over the batch; the loss is
+    Advantages are the discounted returns of each chunk (``build_batch`` with all
+    values 0 and ``lambda_=1``: no critic, no bootstrap), standardised over the batch; the loss is
     ``-mean(logp * advantage) - entropy_coeff * entropy``. The value head is
     unused. ``num_epochs`` and ``minibatch_size`` apply as for PPO (1 and the
     whole batch are the classic choice).
     """
 
-    def build_batch(self, episodes: Sequence[Any]) -> dict[str, np.ndarray]:
-        """Like PPO's, with Monte-Carlo returns as advantages (no critic)."""
-        chunks = [e for e in episodes if len(e) > 0]
-        if not chunks:
-            raise ValueError("PGLearner.build_batch(): the episodes hold no env steps.")
-        lengths = np.array([len(e) for e in chunks], dtype=np.int64)
-        horizon = int(lengths.max())
-        valid = np.arange(horizon)[None, :] < lengths[:, None]
-        rewards = np.zeros((len(chunks), horizon), np.float32)
-        rewards[valid] = np.concatenate([np.asarray(e.get_rewards()) for e in chunks])
-        zeros = np.zeros_like(rewards)
-        returns, _ = compute_gae(
-            rewards,
-            zeros,
-            np.zeros(len(chunks), np.float32),
-            lengths,
-            gamma=float(self.config.gamma),
-            lambda_=1.0,
-        )
-        obs = [np.asarray(e.get_observations())[:-1] for e in chunks]
-        return {
-            Columns.OBS: np.concatenate(obs),
-            Columns.ACTIONS: np.concatenate([np.asarray(e.get_actions()) for e in chunks]),
-            Columns.ACTION_LOGP: np.concatenate(
-                [np.asarray(e.get_extra_model_outputs(Columns.ACTION_LOGP)) for e in chunks]
-            ).astype(np.float32),
-            Columns.VF_PREDS: zeros[valid],
-            "advantages": returns[valid],
-            "value_targets": returns[valid],
-        }
+    def _value_estimates(self, obs: np.ndarray) -> np.ndarray:
+        """No critic: all values 0, so GAE with lambda 1 gives the discounted returns."""
+        return np.zeros(len(obs), np.float32)
+
+    def _gae_params(self) -> tuple[float, float]:
+        return float(self.config.gamma), 1.0
 
     def loss(self, mb: dict[str, torch.Tensor], entropy_coeff: float) -> tuple[torch.Tensor, dict]:
         """``-mean(logp * advantage) - entropy_coeff * entropy``."""
