@@ -53,6 +53,7 @@ class TestAEC:
         _, rew, term, _, _ = env.step({"player_1": 2})
         assert rew == {"player_1": 1.0, "player_2": -1.0} and term["__all__"]
 
+    @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pettingzoo's old env API
     def test_pettingzoo_classic_tictactoe(self):
         tictactoe_v3 = _import_tictactoe()
         r = MultiAgentEnvRunner(_config(lambda cfg: tictactoe_v3.env(), num_envs=2))
