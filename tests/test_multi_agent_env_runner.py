@@ -325,7 +325,7 @@ class TestBadInput:
         config = ma_config(
             env=BadMultiAgentEnv, policies={"p0"}, policy_mapping_fn=lambda a, e, **k: "p0"
         ).environment(env_config={"bug": "raise"})
-        with pytest.raises(EnvRunnerError, match="boom"):
+        with pytest.raises(EnvRunnerError, match="sub-environment 0 raised .*boom"):
             MultiAgentEnvRunner(config).sample(num_timesteps=4)
         BadMultiAgentEnv.raises_left = 1
         try:

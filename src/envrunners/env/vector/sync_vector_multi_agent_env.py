@@ -73,15 +73,20 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         agents = self.possible_agents
         out_obs, out_rew, out_term, out_trunc, out_info = [], [], [], [], []
         autoreset = self._autoreset
-        for i, env in enumerate(self.envs):
-            (obs, rew, term, trunc, info), autoreset[i] = autoreset_step(
-                env, agents, actions[i], autoreset[i]
-            )
-            out_obs.append(obs)
-            out_rew.append(rew)
-            out_term.append(term)
-            out_trunc.append(trunc)
-            out_info.append(info)
+        i = 0
+        try:
+            for i, env in enumerate(self.envs):
+                (obs, rew, term, trunc, info), autoreset[i] = autoreset_step(
+                    env, agents, actions[i], autoreset[i]
+                )
+                out_obs.append(obs)
+                out_rew.append(rew)
+                out_term.append(term)
+                out_trunc.append(trunc)
+                out_info.append(info)
+        except Exception as err:
+            _tag(err, i)  # lets the runner name the failing sub-env
+            raise
         if self.copy:
             out_obs = copy_module.deepcopy(out_obs)
         return out_obs, out_rew, out_term, out_trunc, out_info
@@ -123,3 +128,10 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         """Close every sub-env."""
         for env in self.envs:
             env.close()
+
+
+def _tag(err: Exception, index: int) -> None:
+    try:
+        err.sub_env_index = index  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - exceptions without a __dict__
+        pass
