@@ -327,11 +327,29 @@ class TestBadInput:
         ).environment(env_config={"bug": "raise"})
         with pytest.raises(EnvRunnerError, match="sub-environment 0 raised .*boom"):
             MultiAgentEnvRunner(config).sample(num_timesteps=4)
-        BadMultiAgentEnv.raises_left = 1
+
+    @pytest.mark.parametrize("mode", ["sync", "async"])
+    def test_failed_sub_env_recreated_others_go_on(self, mode):
+        config = ma_config(
+            env=BadMultiAgentEnv, num_envs=2, policies={"p0"},
+            policy_mapping_fn=lambda a, e, **k: "p0",
+        ).environment(env_config={"bug": "raise"})  # fmt: skip
+        config = config.fault_tolerance(restart_failed_sub_environments=True)
+        BadMultiAgentEnv.raises_left = 1  # one sub-env raises once (in async: one per worker)
         try:
-            r = MultiAgentEnvRunner(config.fault_tolerance(restart_failed_sub_environments=True))
-            assert total(r.sample(num_timesteps=3)) == 3
-            assert r.get_metrics()["num_env_step_failures"] == 1
+            r = MultiAgentEnvRunner(config.env_runners(gym_env_vectorize_mode=mode))
+            eps = r.sample(num_timesteps=10)
+            assert 10 <= total(eps) <= 11
+            m = r.get_metrics()
+            failures = m["num_env_step_failures"]
+            assert failures == (1 if mode == "sync" else 2)
+            assert m["num_episodes_dropped_lifetime"] == failures
+            starts = sorted(e.env_t_started for e in eps)
+            assert all(s == 0 for s in starts)
+            assert len(eps) == 2  # one chunk per sub-env; the dropped one was never returned
+            if mode == "sync":  # sub-env 1 stepped on without interruption
+                assert sorted(len(e) for e in eps) == [4, 6]
+            r.stop()
         finally:
             BadMultiAgentEnv.raises_left = 10**9
 

@@ -99,6 +99,23 @@ class TestBothModes:
         env.close()
         assert env.closed
 
+    def test_restart_failed_sub_env(self, make):
+        BadMultiAgentEnv.raises_left = 1
+        try:
+            fns = [lambda: BadMultiAgentEnv({}), lambda: BadMultiAgentEnv({"bug": "raise"})]
+            env = make(fns, restart_failed=True)
+            env.reset(seed=0)
+            acts = [{"a0": 0, "a1": 0}] * 2
+            env.step(acts)
+            obs, rew, term, trunc, _ = env.step(acts)  # sub-env 1 raises: recreated + reset
+            assert env.failed == [False, True]
+            assert obs[0]["a0"][0] == 2 and obs[1]["a0"][0] == 0  # sub-env 1: reset obs
+            assert rew[1] == {} and term[1] == {"__all__": False}
+            env.step(acts)
+            assert env.failed == [False, False] and env.num_failures == 1
+        finally:
+            BadMultiAgentEnv.raises_left = 10**9
+
     def test_only_next_step_autoreset(self, make):
         with pytest.raises(ValueError, match="next_step"):
             make(cartpole_fns(1), autoreset_mode="same_step")

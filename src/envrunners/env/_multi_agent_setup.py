@@ -83,7 +83,8 @@ def make_vector_env(
 
     ``gym_env_vectorize_mode="async"`` or ``remote_worker_envs=True`` selects
     ``AsyncVectorMultiAgentEnv`` (each answer waited for at most
-    ``sample_timeout_s``).
+    ``sample_timeout_s``). With ``restart_failed_sub_environments`` a sub-env whose
+    ``step`` raises is recreated on its own; the others go on.
 
     Raises:
         ConfigError: ``gym_env_vectorize_mode="vector_entry_point"`` (not for multi-agent).
@@ -98,11 +99,13 @@ def make_vector_env(
             "multi-agent envs; use 'sync' (default) or 'async' (sub-envs in worker processes)."
         )
     fns = [_env_fn(config.env, ctx.copy_with_overrides(vector_index=i)) for i in range(n)]
+    restart = bool(config.restart_failed_sub_environments)
     if mode == "async" or config.remote_worker_envs:
         # A sub-env that does not answer within sample_timeout_s is reported, not waited on.
         timeout = getattr(config, "sample_timeout_s", None)
-        return AsyncVectorMultiAgentEnv(fns, timeout_s=timeout or None), ctx
-    return SyncVectorMultiAgentEnv(fns, copy=False), ctx
+        env = AsyncVectorMultiAgentEnv(fns, timeout_s=timeout or None, restart_failed=restart)
+        return env, ctx
+    return SyncVectorMultiAgentEnv(fns, copy=False, restart_failed=restart), ctx
 
 
 def check_mapping_fn(fn: Any) -> None:

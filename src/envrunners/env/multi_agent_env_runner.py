@@ -131,6 +131,7 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, EnvRunner):
                 reset_fn=self._reset_vector_env,
                 step_fn=self._step_env,
                 fire=self._fire_episode,
+                failed_fn=lambda: getattr(self.env, "failed", None),
                 **kwargs,
             )
         self._needs_initial_reset = True
@@ -319,6 +320,9 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, EnvRunner):
             log((M.NUM_MODULE_STEPS_SAMPLED_LIFETIME, mid), count, reduce="lifetime_sum")
         log(M.NUM_EPISODES, n_done, reduce="sum")
         log(M.NUM_EPISODES_LIFETIME, n_done, reduce="lifetime_sum")
+        if result.num_sub_env_failures:  # whole-env failures were logged by _try_env_step
+            n_failed = result.num_sub_env_failures
+            log(M.NUM_ENV_STEP_FAILURES_LIFETIME, n_failed, reduce="lifetime_sum")
         if result.num_dropped_episodes:
             log("num_episodes_dropped_lifetime", result.num_dropped_episodes, reduce="lifetime_sum")
         if self.module is not None and steps:

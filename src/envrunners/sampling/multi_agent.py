@@ -65,6 +65,8 @@ class MultiAgentSampleResult:
     agent_counts: dict[tuple[Any, Any], int] = field(default_factory=dict)
     episode_stats: list[MultiAgentEpisodeStats] = field(default_factory=list)
     num_env_failures: int = 0
+    #: Sub-envs the vector env recreated on its own (``restart_failed``).
+    num_sub_env_failures: int = 0
     num_dropped_episodes: int = 0
 
     @property
@@ -88,6 +90,8 @@ class MultiAgentSampler:
         lookback: ``episode_lookback_horizon`` for the continuation chunks.
         fire: ``fire(event, episode, env_index, **extra)``; only called for ``events``.
         events: The episode callback events somebody listens to.
+        failed_fn: ``failed_fn()`` -> per sub-env, whether the vector env recreated
+            it in the last step (its partial episode is then dropped), or None.
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class MultiAgentSampler:
         lookback: int = 1,
         fire: Callable[..., None] | None = None,
         events: frozenset[str] = frozenset(),
+        failed_fn: Callable[[], Any] | None = None,
     ):
         self.num_envs = num_envs
         self.new_episode = new_episode
@@ -116,6 +121,7 @@ class MultiAgentSampler:
         self.lookback = max(0, int(lookback))
         self.fire = fire
         self.events = events if fire is not None else frozenset()
+        self.failed_fn = failed_fn
         self.weights_seq_no = 0
         self.episodes: list[MultiAgentEpisode] = []
         self._pending: list[bool] = []
@@ -244,6 +250,13 @@ class MultiAgentSampler:
                 env_ts = agent_ts = 0
                 continue
             obs_l, rew_l, term_l, trunc_l, info_l = results
+            if self.failed_fn is not None:
+                failed = self.failed_fn()
+                if failed is not None and any(failed):
+                    # Dropped steps do not count toward the target (the batch keeps its size).
+                    lost_env, lost_agent = self._restart_episodes(failed, res)
+                    env_ts -= lost_env
+                    agent_ts -= lost_agent
             if self.obs_fns:
                 obs_l = self._transform_obs(obs_l)
             d_env, d_agent = self._ingest(
@@ -349,6 +362,30 @@ class MultiAgentSampler:
                 self._modmaps[i] = {}
         self._to_module = {mid: (stack(items), idx) for mid, (items, idx) in groups.items()}
         return env_steps, agent_steps
+
+    def _restart_episodes(self, failed: Any, res: MultiAgentSampleResult) -> tuple[int, int]:
+        """Drop the episodes of recreated sub-envs (their reset obs start new ones).
+
+        Returns the env and agent steps of this call that were dropped with them.
+        """
+        lost_env = lost_agent = 0
+        for i, was_recreated in enumerate(failed):
+            if not was_recreated:
+                continue
+            res.num_sub_env_failures += 1
+            if self._pending[i]:
+                continue  # a fresh episode already waits for this reset observation
+            episode = self.episodes[i]
+            if episode.env_t > 0:
+                res.num_dropped_episodes += 1
+            lost_env += len(episode)
+            lost_agent += episode.agent_steps()
+            self._totals.pop(episode.id_, None)
+            self._prev_chunks.pop(episode.id_, None)
+            self.episodes[i] = self.new_episode(i)
+            self._pending[i] = True
+            self._modmaps[i] = {}
+        return lost_env, lost_agent
 
     def _finish(self, i: int, episode: MultiAgentEpisode, res: MultiAgentSampleResult) -> None:
         totals = self._totals.pop(episode.id_, None) or EpisodeTotals()

@@ -12,12 +12,15 @@ Guarantees:
   answered (the pipes stay in step, the env stays usable);
 - a worker that dies, or does not answer within ``timeout_s``, is reported by
   index and the vector env is shut down;
+- with ``restart_failed=True`` a worker recreates its sub-env when ``step``
+  raises and answers with the reset observation (``failed`` marks it);
 - ``close()`` stops every worker (terminating those that do not exit in time);
   workers also exit on their own when the parent process dies, so none leak.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
 import signal
@@ -31,6 +34,7 @@ from gymnasium.vector.utils import CloudpickleWrapper
 from envrunners.env.vector.vector_multi_agent_env import (
     VectorMultiAgentEnv,
     autoreset_step,
+    restart_sub_env,
     single_spaces_of,
 )
 from envrunners.errors import EnvRunnersError
@@ -38,6 +42,7 @@ from envrunners.errors import EnvRunnersError
 __all__ = ["AsyncVectorMultiAgentEnv", "SubEnvError"]
 
 _POLL_S = 0.5  # how often an idle worker checks that its parent is still alive
+logger = logging.getLogger("envrunners")
 
 
 class SubEnvError(EnvRunnersError, RuntimeError):
@@ -61,7 +66,14 @@ def _describe(err: BaseException) -> tuple[str, str]:
     return f"{type(err).__name__}: {err}", traceback.format_exc()
 
 
-def _worker(index: int, env_fn: CloudpickleWrapper, pipe: Any, parent_pipe: Any, ppid: int) -> None:
+def _worker(
+    index: int,
+    env_fn: CloudpickleWrapper,
+    pipe: Any,
+    parent_pipe: Any,
+    ppid: int,
+    restart_failed: bool = False,
+) -> None:
     """Worker-process loop: build the env, then serve commands until told to close."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     parent_pipe.close()
@@ -86,7 +98,16 @@ def _worker(index: int, env_fn: CloudpickleWrapper, pipe: Any, parent_pipe: Any,
             break
         try:
             if cmd == "step":
-                result, needs_reset = autoreset_step(env, agents, data, needs_reset)
+                try:
+                    result, needs_reset = autoreset_step(env, agents, data, needs_reset)
+                except Exception as err:
+                    if not restart_failed:
+                        raise
+                    info = _describe(err)
+                    env, result = restart_sub_env(env_fn.fn, env, index, err, log=False)
+                    needs_reset = False
+                    pipe.send(("restarted", (result, info)))
+                    continue
             elif cmd == "reset":
                 result = env.reset(seed=data[0], options=data[1])
                 needs_reset = False
@@ -126,6 +147,8 @@ class AsyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         timeout_s: Seconds to wait for each answer (None: no limit). A worker
             that exceeds it is reported by index and the env is shut down.
         autoreset_mode: Only ``"next_step"`` is supported.
+        restart_failed: A worker whose sub-env's ``step`` raises recreates it and
+            returns its reset observation instead; the parent marks it in ``failed``.
 
     Raises:
         SubEnvError: A sub-env could not be built.
@@ -140,6 +163,7 @@ class AsyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         daemon: bool = True,
         timeout_s: float | None = None,
         autoreset_mode: str = "next_step",
+        restart_failed: bool = False,
     ):
         mode = str(getattr(autoreset_mode, "value", autoreset_mode)).lower()
         if mode not in ("next_step", "nextstep"):
@@ -149,6 +173,10 @@ class AsyncVectorMultiAgentEnv(VectorMultiAgentEnv):
             )
         self.num_envs = len(env_fns)
         self.timeout_s = timeout_s
+        self.restart_failed = restart_failed
+        #: Per sub-env: recreated during the last ``step`` (``restart_failed``).
+        self.failed = [False] * self.num_envs
+        self.num_failures = 0
         self.closed = False
         self._waiting = False
         self._pipes: list[Any] = []
@@ -160,7 +188,7 @@ class AsyncVectorMultiAgentEnv(VectorMultiAgentEnv):
                 proc = ctx.Process(
                     target=_worker,
                     name=f"AsyncVectorMultiAgentEnv-{i}",
-                    args=(i, CloudpickleWrapper(fn), child, parent, os.getpid()),
+                    args=(i, CloudpickleWrapper(fn), child, parent, os.getpid(), restart_failed),
                     daemon=daemon,
                 )
                 proc.start()
@@ -201,6 +229,18 @@ class AsyncVectorMultiAgentEnv(VectorMultiAgentEnv):
             if status == "err":
                 errors.append((i, *payload))
                 results.append(None)
+            elif status == "restarted":
+                result, (message, tb) = payload
+                logger.error(
+                    "Sub-environment %d raised %s in step(); recreated it (its partial episode "
+                    "is dropped). Traceback in its worker process:\n%s",
+                    i,
+                    message,
+                    tb,
+                )
+                self.failed[i] = True
+                self.num_failures += 1
+                results.append(result)
             else:
                 results.append(payload)
         if errors:
@@ -232,6 +272,8 @@ class AsyncVectorMultiAgentEnv(VectorMultiAgentEnv):
             raise ValueError(f"step() got {len(actions)} action dicts for {self.num_envs} sub-envs")
         self._send_all("step", actions)
         self._waiting = True
+        if self.num_failures:
+            self.failed = [False] * self.num_envs
 
     def step_wait(self) -> tuple[list, list, list, list, list]:
         """Wait for the step results of every sub-env."""

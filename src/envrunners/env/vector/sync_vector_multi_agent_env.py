@@ -14,6 +14,7 @@ from typing import Any
 from envrunners.env.vector.vector_multi_agent_env import (
     VectorMultiAgentEnv,
     autoreset_step,
+    restart_sub_env,
     single_spaces_of,
 )
 
@@ -28,6 +29,9 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         copy: Deep-copy the observations returned (guards against envs that
             reuse their observation arrays). The runner passes False.
         autoreset_mode: Only ``"next_step"`` is supported.
+        restart_failed: Recreate a sub-env whose ``step`` raises instead of
+            raising: that ``step`` returns its reset observation and marks it in
+            ``failed`` (the others go on).
 
     Raises:
         ValueError: Another ``autoreset_mode``.
@@ -38,6 +42,7 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         env_fns: Sequence[Callable[[], Any]],
         copy: bool = True,
         autoreset_mode: str = "next_step",
+        restart_failed: bool = False,
     ):
         mode = str(getattr(autoreset_mode, "value", autoreset_mode)).lower()
         if mode not in ("next_step", "nextstep"):
@@ -52,6 +57,10 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         obs_spaces, act_spaces, agents = single_spaces_of(self.envs[0])
         self._set_spaces(obs_spaces, act_spaces, agents)
         self._autoreset = [False] * self.num_envs
+        self.restart_failed = restart_failed
+        #: Per sub-env: recreated during the last ``step`` (``restart_failed``).
+        self.failed = [False] * self.num_envs
+        self.num_failures = 0
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict | None = None
@@ -64,6 +73,7 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
             all_obs.append(obs)
             all_infos.append(infos)
         self._autoreset = [False] * self.num_envs
+        self.failed = [False] * self.num_envs
         if self.copy:
             all_obs = copy_module.deepcopy(all_obs)
         return all_obs, all_infos
@@ -73,20 +83,28 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         agents = self.possible_agents
         out_obs, out_rew, out_term, out_trunc, out_info = [], [], [], [], []
         autoreset = self._autoreset
-        i = 0
-        try:
-            for i, env in enumerate(self.envs):
+        if self.num_failures:
+            self.failed = [False] * self.num_envs
+        for i, env in enumerate(self.envs):
+            try:
                 (obs, rew, term, trunc, info), autoreset[i] = autoreset_step(
                     env, agents, actions[i], autoreset[i]
                 )
-                out_obs.append(obs)
-                out_rew.append(rew)
-                out_term.append(term)
-                out_trunc.append(trunc)
-                out_info.append(info)
-        except Exception as err:
-            _tag(err, i)  # lets the runner name the failing sub-env
-            raise
+            except Exception as err:
+                if not self.restart_failed:
+                    _tag(err, i)  # lets the runner name the failing sub-env
+                    raise
+                self.envs[i], (obs, rew, term, trunc, info) = restart_sub_env(
+                    self.env_fns[i], env, i, err
+                )
+                autoreset[i] = False
+                self.failed[i] = True
+                self.num_failures += 1
+            out_obs.append(obs)
+            out_rew.append(rew)
+            out_term.append(term)
+            out_trunc.append(trunc)
+            out_info.append(info)
         if self.copy:
             out_obs = copy_module.deepcopy(out_obs)
         return out_obs, out_rew, out_term, out_trunc, out_info

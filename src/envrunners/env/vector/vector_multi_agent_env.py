@@ -10,16 +10,22 @@ is ignored and its reset observation is returned with zero rewards.
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from envrunners.env.env_errors import StepFailedRecreateEnvError
 from envrunners.errors import MultiAgentEnvError
 
-__all__ = ["ALL", "VectorMultiAgentEnv", "single_spaces_of"]
+__all__ = ["ALL", "VectorMultiAgentEnv", "restart_sub_env", "single_spaces_of"]
 
 ALL = "__all__"
+MAX_RESTART_ATTEMPTS = 5
+logger = logging.getLogger("envrunners")
 
 
 def _unwrapped(env: Any) -> Any:
@@ -165,3 +171,41 @@ def autoreset_step(env: Any, possible_agents: list, actions: dict, needs_reset: 
     obs, rewards, terms, truncs, infos = env.step(actions)
     done = bool(terms.get(ALL, False)) or bool(truncs.get(ALL, False))
     return (obs, rewards, terms, truncs, infos), done
+
+
+def restart_sub_env(
+    env_fn: Callable[[], Any], old_env: Any, index: int, error: BaseException, *, log: bool = True
+) -> tuple[Any, tuple]:
+    """Replace a sub-env whose ``step`` raised: close it, build a new one, reset it.
+
+    Returns the new env and a step result holding its reset observation (no
+    rewards, no flags), so the caller can report it like an autoreset.
+
+    Raises:
+        RuntimeError: The env could not be rebuilt and reset in a few attempts.
+    """
+    if log and not isinstance(error, StepFailedRecreateEnvError):
+        logger.error(
+            "Sub-environment %d raised %r in step(); recreating it (its partial episode is "
+            "dropped).",
+            index,
+            error,
+            exc_info=error,
+        )
+    last: BaseException = error
+    for attempt in range(MAX_RESTART_ATTEMPTS):
+        try:
+            old_env.close()
+        except Exception:  # noqa: BLE001 - a broken env may fail to close; it is replaced
+            pass
+        try:
+            old_env = env_fn()
+            obs, infos = old_env.reset()
+            return old_env, (obs, {}, {ALL: False}, {ALL: False}, infos)
+        except Exception as err:  # noqa: BLE001 - any env error counts as a failure
+            last = err
+            time.sleep(min(0.01 * 2**attempt, 1.0))
+    raise RuntimeError(
+        f"Sub-environment {index} could not be recreated after {MAX_RESTART_ATTEMPTS} "
+        f"attempts; last error: {last!r}"
+    ) from last
