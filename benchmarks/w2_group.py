@@ -17,7 +17,7 @@ from common import api, median_rate
 
 WORKLOAD = "W2"
 BATCH = 4000
-WARMUP_S = 5.0
+WARMUP_S = 12.0
 
 
 def _config(target: str, num_env_runners: int, num_envs: int):
