@@ -51,6 +51,15 @@ _EXPORTS: dict[str, str] = {
     "SingleAgentEnvRunner": "envrunners.env.single_agent_env_runner",
     "StepFailedRecreateEnvError": "envrunners.env.env_errors",
     "register_env": "envrunners.env.registry",
+    # multi-agent
+    "MultiAgentEnv": "envrunners.env.multi_agent_env",
+    "make_multi_agent": "envrunners.env.multi_agent_env",
+    "MultiAgentEnvRunner": "envrunners.env.multi_agent_env_runner",
+    "PettingZooEnv": "envrunners.env.wrappers.pettingzoo_env",
+    "ParallelPettingZooEnv": "envrunners.env.wrappers.pettingzoo_env",
+    "VectorMultiAgentEnv": "envrunners.env.vector",
+    "SyncVectorMultiAgentEnv": "envrunners.env.vector",
+    "AsyncVectorMultiAgentEnv": "envrunners.env.vector",
     # old stack
     "Policy": "envrunners.policy.policy",
     "TorchPolicy": "envrunners.policy.torch_policy",
