@@ -21,14 +21,17 @@ __all__ = ["synchronous_parallel_sample"]
 
 logger = logging.getLogger("envrunners")
 
+#: Sample results up to this size travel pickled (see ``_sample_on_runner``).
+_PICKLE_MAX_BYTES = 4 << 20
+
 
 def _sample_on_runner(runner: Any, *, random_actions: bool, with_metrics: bool) -> Any:
     """Runner side: ``sample()`` (+ ``get_metrics()``); any failure is a runner fault.
 
     The result goes back pickled (plain ``pickle``, protocol 5): for a list of
     episodes that is about twice as fast as Ray's own serialization, and it is
-    on the critical path of every round. Results plain pickle cannot handle are
-    returned as they are.
+    on the critical path of every round. Results plain pickle cannot handle, or
+    bigger than 4 MiB (where Ray's zero-copy buffers win), go as they are.
     """
     try:
         samples = runner.sample(random_actions=True) if random_actions else runner.sample()
@@ -42,9 +45,11 @@ def _sample_on_runner(runner: Any, *, random_actions: bool, with_metrics: bool) 
             remote_traceback=traceback.format_exc(),
         ) from err
     try:
-        return _Pickled(pickle.dumps(result, protocol=5))
+        data = pickle.dumps(result, protocol=5)
     except Exception:  # lambdas, local classes...: let Ray's cloudpickle do it
         return result
+    # Big results (large observations) are better off with Ray's zero-copy buffers.
+    return _Pickled(data) if len(data) <= _PICKLE_MAX_BYTES else result
 
 
 class _Pickled:
