@@ -59,7 +59,11 @@ class Trainer:
         self._t_command = time.perf_counter()
         run = self.run
         target = run["stop_reward"]
-        goal = f"mean return >= {target:g} (last {RETURN_WINDOW} episodes) or " if target else ""
+        goal = (
+            f"mean return >= {target:g} (last {RETURN_WINDOW} episodes) or "
+            if target is not None
+            else ""
+        )
         where = (
             "in-process (no Ray)"
             if run["num_env_runners"] == 0
