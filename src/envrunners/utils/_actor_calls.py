@@ -1,4 +1,4 @@
-"""Async calls of ``FaultTolerantActorManager``, and the per-actor bookkeeping behind them.
+"""Async calls and probes of ``FaultTolerantActorManager``, and its per-actor bookkeeping.
 
 ``foreach_actor_async`` fires calls without waiting, at most
 ``max_remote_requests_in_flight_per_actor`` per actor and tag; ``coalesce=True``
@@ -15,7 +15,13 @@ from typing import Any
 
 from envrunners.utils._actor_results import RemoteCallResults
 
-__all__ = ["ActorState", "AsyncCallsMixin", "CallMethod", "normalize_calls"]
+__all__ = [
+    "ActorState",
+    "AsyncCallsMixin",
+    "CallMethod",
+    "actor_state_in_gcs",
+    "normalize_calls",
+]
 
 
 class CallMethod:
@@ -69,8 +75,27 @@ def normalize_calls(
     return funcs, kws
 
 
+def _ping(actor: Any) -> Any:
+    return actor.ping()
+
+
+#: Ray actor states in which a call cannot be served yet (or ever).
+_NOT_SERVING = ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "DEAD")
+
+
+def actor_state_in_gcs(handle: Any) -> str | None:
+    """Ray's view of an actor: ``"ALIVE"``, ``"RESTARTING"``, ``"DEAD"``, ... or None if unknown."""
+    try:
+        from ray._private import state as ray_state
+
+        info = ray_state.actors(handle._actor_id.hex())
+        return info.get("State") if isinstance(info, dict) else None
+    except Exception:  # private API: any failure just means "unknown"
+        return None
+
+
 class AsyncCallsMixin:
-    """The async half of ``FaultTolerantActorManager`` (a private mixin)."""
+    """Async calls and probes of ``FaultTolerantActorManager`` (a private mixin)."""
 
     _actors: dict[int, Any]
     _remote_actor_states: dict[int, ActorState]
@@ -82,6 +107,8 @@ class AsyncCallsMixin:
     _fire: Any
     _collect: Any
     handle_remote_call_result_errors: Any
+    foreach_actor: Any
+    _restored_actors: set[int]
 
     def num_pending_calls(self, tag: str | None = None) -> int:
         """Coalesced calls waiting for a free slot (over all tags, or one tag)."""
@@ -245,3 +272,31 @@ class AsyncCallsMixin:
         if return_actor_ids:
             return [(r.actor_id, r.get()) for r in results.ignore_errors()]
         return [r.get() for r in results.ignore_errors()]
+
+    # ------------------------------------------------------------------ probing
+    def probe_unhealthy_actors(
+        self, timeout_seconds: float | None = None, mark_healthy: bool = False
+    ) -> list[int]:
+        """Ping the unhealthy actors; return those that answer (and those restored before).
+
+        Actors that Ray reports as restarting or dead are not pinged (a ping to a
+        restarting actor only fails after a second). Without ``mark_healthy``
+        responsive actors are returned but stay unhealthy.
+        """
+        already = sorted(self._restored_actors)
+        unhealthy = [i for i, s in self._remote_actor_states.items() if not s.is_healthy]
+        candidates = [
+            i for i in unhealthy if actor_state_in_gcs(self._actors[i]) not in _NOT_SERVING
+        ]
+        just: list[int] = []
+        if candidates:
+            results = self.foreach_actor(
+                _ping,
+                remote_actor_ids=candidates,
+                healthy_only=False,
+                timeout_seconds=timeout_seconds,
+                mark_healthy=mark_healthy,
+            )
+            just = [r.actor_id for r in results if r.ok]
+        self._restored_actors.clear()
+        return already + [i for i in just if i not in already]

@@ -32,6 +32,7 @@ from envrunners.errors import ConfigError
 from envrunners.utils._actor_calls import (
     ActorState,
     AsyncCallsMixin,
+    actor_state_in_gcs,
     normalize_calls,
 )
 from envrunners.utils._actor_results import (
@@ -52,9 +53,6 @@ __all__ = [
 
 logger = logging.getLogger("envrunners")
 
-#: Ray actor states in which a call cannot be served yet (or ever).
-_NOT_SERVING = ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "DEAD")
-
 
 class FaultAwareApply:
     """Mixin giving an actor ``ping()`` and ``apply(func, *args, **kwargs)``.
@@ -71,21 +69,6 @@ class FaultAwareApply:
     def apply(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call ``func(self, *args, **kwargs)`` and return its result."""
         return func(self, *args, **kwargs)
-
-
-def _ping(actor: Any) -> Any:
-    return actor.ping()
-
-
-def actor_state_in_gcs(handle: Any) -> str | None:
-    """Ray's view of an actor: ``"ALIVE"``, ``"RESTARTING"``, ``"DEAD"``, ... or None if unknown."""
-    try:
-        from ray._private import state as ray_state
-
-        info = ray_state.actors(handle._actor_id.hex())
-        return info.get("State") if isinstance(info, dict) else None
-    except Exception:  # private API: any failure just means "unknown"
-        return None
 
 
 def _default_is_fault(error: BaseException) -> bool:
@@ -461,34 +444,6 @@ class FaultTolerantActorManager(AsyncCallsMixin):
                 logger.error("Remote call to actor %s failed: %s", result.actor_id, result.get())
             else:
                 raise result.get()
-
-    # ------------------------------------------------------------------ probing
-    def probe_unhealthy_actors(
-        self, timeout_seconds: float | None = None, mark_healthy: bool = False
-    ) -> list[int]:
-        """Ping the unhealthy actors; return those that answer (and those restored before).
-
-        Actors that Ray reports as restarting or dead are not pinged (a ping to a
-        restarting actor only fails after a second). Without ``mark_healthy``
-        responsive actors are returned but stay unhealthy.
-        """
-        already = sorted(self._restored_actors)
-        unhealthy = [i for i, s in self._remote_actor_states.items() if not s.is_healthy]
-        candidates = [
-            i for i in unhealthy if actor_state_in_gcs(self._actors[i]) not in _NOT_SERVING
-        ]
-        just: list[int] = []
-        if candidates:
-            results = self.foreach_actor(
-                _ping,
-                remote_actor_ids=candidates,
-                healthy_only=False,
-                timeout_seconds=timeout_seconds,
-                mark_healthy=mark_healthy,
-            )
-            just = [r.actor_id for r in results if r.ok]
-        self._restored_actors.clear()
-        return already + [i for i in just if i not in already]
 
     def __repr__(self) -> str:
         return (
