@@ -25,6 +25,7 @@ Ray is started on demand (or joined, see ``_ray_setup``); with
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -165,7 +166,14 @@ class EnvRunnerGroup(GroupCalls, GroupStateSync, GroupRecovery, GroupLegacyAPI):
         if num_env_runners == 0:
             local_env_runner = True
         self._local_config = config.copy(copy_frozen=False)
+        preload = None
+        if local_env_runner and num_env_runners > 0:
+            # Import torch for the local runner while the remote runners start.
+            preload = threading.Thread(target=_import_torch, daemon=True)
+            preload.start()
         self.add_workers(num_env_runners, validate=config.validate_env_runners_after_construction)
+        if preload is not None:
+            preload.join()
         spaces = None
         if (
             local_env_runner
@@ -375,6 +383,13 @@ class EnvRunnerGroup(GroupCalls, GroupStateSync, GroupRecovery, GroupLegacyAPI):
             f"remote={self.num_healthy_remote_env_runners()}/{self.num_remote_env_runners()} "
             f"healthy, cls={getattr(self.env_runner_cls, '__name__', self.env_runner_cls)})"
         )
+
+
+def _import_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except Exception:  # pragma: no cover - the local runner will report it
+        pass
 
 
 def _ctor_exception(error: BaseException) -> BaseException | None:
