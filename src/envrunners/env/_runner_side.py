@@ -8,6 +8,7 @@ them as runner faults, not as errors of a user function.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -29,6 +30,7 @@ __all__ = [
     "apply_state",
     "apply_weights",
     "become_runner",
+    "freeze_gc",
     "get_connector_states",
     "merge_on_runner",
     "module_state",
@@ -92,6 +94,16 @@ def apply_weights(
         raise _runner_error(runner, "set_weights()", err) from err
 
 
+def freeze_gc(runner: Any = None) -> None:
+    """Runner side: move every object alive now out of the garbage collector's way.
+
+    Why: a runner process holds ~200k long-lived objects (torch, gymnasium, Ray);
+    each full collection walks them all (~100 ms here), which stalls a sampling
+    round. After ``gc.freeze()`` full collections only see new objects (~1 ms).
+    """
+    gc.freeze()
+
+
 def become_runner(runner: Any, *, config: Any, ctor_kwargs: dict) -> None:
     """Runner side: run the runner class's constructor on this actor (again).
 
@@ -101,6 +113,7 @@ def become_runner(runner: Any, *, config: Any, ctor_kwargs: dict) -> None:
     init = getattr(type(runner), "_runner_init", None) or type(runner).__init__
     init(runner, config=config, **{**ctor_kwargs, "recreated_worker": True})
     runner._standby = False
+    freeze_gc()
 
 
 def rebuild_runner(runner: Any, *, config: Any, ctor_kwargs: dict, delay_s: float = 0.0) -> str:
@@ -135,7 +148,9 @@ def restore_runner(
             become_runner(runner, config=config, ctor_kwargs=ctor_kwargs)
         except Exception as err:
             raise _runner_error(runner, "the runner constructor", err) from err
-    return apply_state(runner, state)
+    seq_no = apply_state(runner, state)
+    freeze_gc()  # also after a process restart by Ray
+    return seq_no
 
 
 def stop_runner(runner: Any) -> None:

@@ -240,6 +240,8 @@ class EnvRunnerGroup(GroupCalls, GroupStateSync, GroupRecovery, GroupLegacyAPI):
             actor_cls = cls.options(**options) if options else cls
             handles.append(actor_cls.remote(config=config_ref, **kwargs))
             kwargs_list.append(kwargs)
+        for handle in handles:  # runs right after the constructor, before anything else
+            handle.apply.remote(sync.freeze_gc)
         ids = self._worker_manager.add_actors(handles)
         self._ctor_kwargs.update(dict(zip(ids, kwargs_list)))
         if validate:
