@@ -365,3 +365,16 @@ def test_runner_records_episodes_when_output_is_set(tmp_path):
         np.testing.assert_array_equal(a.get_observations(), b.get_observations())
         np.testing.assert_array_equal(a.get_actions(), b.get_actions())
         assert a.t_started == b.t_started and a.is_done == b.is_done
+
+
+def test_reset_failure_without_restart_is_an_env_runner_error():
+    class BadReset(CountingEnv):
+        def reset(self, *, seed=None, options=None):
+            raise OSError("simulator down")
+
+    r = SingleAgentEnvRunner(config=AlgorithmConfig().environment(BadReset), worker_index=2)
+    with pytest.raises(
+        EnvRunnerError, match=r"env runner 2: sub-environment 0 raised OSError"
+    ) as info:
+        r.sample(num_timesteps=1)
+    assert isinstance(info.value.__cause__, OSError)

@@ -51,6 +51,15 @@ _EXPORTS: dict[str, str] = {
     "SingleAgentEnvRunner": "envrunners.env.single_agent_env_runner",
     "StepFailedRecreateEnvError": "envrunners.env.env_errors",
     "register_env": "envrunners.env.registry",
+    # groups and fault tolerance
+    "EnvRunnerGroup": "envrunners.env.env_runner_group",
+    "WorkerSet": "envrunners.evaluation.worker_set",
+    "FaultTolerantActorManager": "envrunners.utils.actor_manager",
+    "FaultAwareApply": "envrunners.utils.actor_manager",
+    "CallResult": "envrunners.utils.actor_manager",
+    "RemoteCallResults": "envrunners.utils.actor_manager",
+    "ResultOrError": "envrunners.utils.actor_manager",
+    "synchronous_parallel_sample": "envrunners.execution.rollout_ops",
     # multi-agent
     "MultiAgentEnv": "envrunners.env.multi_agent_env",
     "make_multi_agent": "envrunners.env.multi_agent_env",

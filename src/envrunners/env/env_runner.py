@@ -134,7 +134,11 @@ class EnvRunner(FaultAwareApply, metaclass=abc.ABCMeta):
     def _try_env_reset(
         self, *, seed: int | None = None, options: dict | None = None
     ) -> tuple[Any, Any]:
-        """``env.reset``; on error recreate the env and retry if the config allows it."""
+        """``env.reset``; on error recreate the env and retry if the config allows it.
+
+        Otherwise (or after 10 failed retries) the error is raised as an
+        ``EnvRunnerError`` naming the runner and sub-env, chained to the original.
+        """
         for attempt in range(11):
             start = time.perf_counter()
             try:
@@ -143,7 +147,14 @@ class EnvRunner(FaultAwareApply, metaclass=abc.ABCMeta):
                 return obs, infos
             except Exception as err:
                 if not self.config.restart_failed_sub_environments or attempt == 10:
-                    raise
+                    sub = getattr(err, "sub_env_index", None)
+                    where = f"sub-environment {sub}" if sub is not None else "the environment"
+                    raise EnvRunnerError(
+                        f"{where} raised {err!r} in reset(). Set config.fault_tolerance("
+                        "restart_failed_sub_environments=True) to recreate failing envs "
+                        "and go on.",
+                        runner_index=self.worker_index,
+                    ) from err
                 if not isinstance(err, StepFailedRecreateEnvError):
                     logger.exception("Resetting the env raised %r; recreating it.", err)
                 self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
