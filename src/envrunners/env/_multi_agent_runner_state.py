@@ -17,7 +17,6 @@ from envrunners.core import (
 )
 from envrunners.env import runner_setup
 from envrunners.utils import metrics as M
-from envrunners.utils.checkpoints import load_state, save_state
 
 __all__ = ["MultiAgentRunnerStateMixin"]
 
@@ -112,48 +111,6 @@ class MultiAgentRunnerStateMixin:
         self.set_state({COMPONENT_RL_MODULE: weights, M.WEIGHTS_SEQ_NO: weights_seq_no})
         if global_vars and "num_env_steps_sampled_lifetime" in global_vars:
             self.num_env_steps_sampled_lifetime = int(global_vars["num_env_steps_sampled_lifetime"])
-
-    # -- checkpoints ---------------------------------------------------------------
-    def get_ctor_args_and_kwargs(self) -> tuple[tuple, dict]:
-        """What rebuilds this runner: ``((), {"config": config})``."""
-        return (), {"config": self.config}
-
-    def get_checkpointable_components(self) -> list[tuple[str, Any]]:
-        """The module and both (per-module) connector pipelines."""
-        return [
-            (COMPONENT_RL_MODULE, self.module),
-            (COMPONENT_ENV_TO_MODULE_CONNECTOR, self._env_to_module),
-            (COMPONENT_MODULE_TO_ENV_CONNECTOR, self._module_to_env),
-        ]
-
-    def get_metadata(self) -> dict:
-        """Class and version info stored next to a checkpoint."""
-        import envrunners
-
-        return {
-            "class": f"{type(self).__module__}.{type(self).__qualname__}",
-            "envrunners_version": envrunners.__version__,
-            "checkpoint_version": 1,
-        }
-
-    def save_to_path(self, path: str, *, state: dict | None = None) -> str:
-        """Write the runner state to directory ``path`` (plain files, atomically)."""
-        state = self.get_state() if state is None else state
-        return str(save_state(path, state, self.get_metadata()))
-
-    def restore_from_path(self, path: str, **kwargs: Any) -> None:
-        """Load a state written by ``save_to_path`` (weights always applied)."""
-        state, _ = load_state(path)
-        state = dict(state)
-        state.pop(M.WEIGHTS_SEQ_NO, None)
-        self.set_state(state)
-
-    @classmethod
-    def from_checkpoint(cls, path: str, *, config: Any, **kwargs: Any) -> Any:
-        """Build a runner from ``config`` and restore the checkpoint at ``path`` into it."""
-        runner = cls(config=config, **kwargs)
-        runner.restore_from_path(path)
-        return runner
 
     # -- health and lifecycle ------------------------------------------------------
     def assert_healthy(self) -> None:

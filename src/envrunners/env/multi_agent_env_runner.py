@@ -22,6 +22,7 @@ from envrunners.core import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
 from envrunners.env._multi_agent_runner_state import MultiAgentRunnerStateMixin
+from envrunners.env._runner_checkpoint import RunnerCheckpointMixin
 from envrunners.env.env_runner import ENV_STEP_FAILURE, EnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError
@@ -38,7 +39,7 @@ __all__ = ["MultiAgentEnvRunner"]
 _EPISODE_EVENTS = ("on_episode_created", "on_episode_start", "on_episode_step", "on_episode_end")
 
 
-class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, EnvRunner):
+class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCheckpointMixin, EnvRunner):
     """Samples a (vectorised) multi-agent env with one module per policy id.
 
     Args:

@@ -27,18 +27,18 @@ from envrunners.core import (
     INPUT_ENV_SPACES,
 )
 from envrunners.env import runner_setup
+from envrunners.env._runner_checkpoint import RunnerCheckpointMixin
 from envrunners.env.env_runner import ENV_STEP_FAILURE, EnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import ConfigError
 from envrunners.offline.episode_writer import close_episode_writer, record_episodes
 from envrunners.sampling.single_agent import STEP_FAILED, SampleResult, SingleAgentSampler
 from envrunners.utils import metrics as M
-from envrunners.utils.checkpoints import load_state, save_state
 
 __all__ = ["SingleAgentEnvRunner"]
 
 
-class SingleAgentEnvRunner(EnvRunner):
+class SingleAgentEnvRunner(RunnerCheckpointMixin, EnvRunner):
     """Samples a (vectorised) single-agent gymnasium env with one module.
 
     Args:
@@ -361,47 +361,6 @@ class SingleAgentEnvRunner(EnvRunner):
         self.set_state({COMPONENT_RL_MODULE: weights, M.WEIGHTS_SEQ_NO: weights_seq_no})
         if global_vars and "num_env_steps_sampled_lifetime" in global_vars:
             self.num_env_steps_sampled_lifetime = int(global_vars["num_env_steps_sampled_lifetime"])
-
-    def get_ctor_args_and_kwargs(self) -> tuple[tuple, dict]:
-        """What rebuilds this runner: ``((), {"config": config})``."""
-        return (), {"config": self.config}
-
-    def get_checkpointable_components(self) -> list[tuple[str, Any]]:
-        """The module and both connector pipelines."""
-        return [
-            (COMPONENT_RL_MODULE, self.module),
-            (COMPONENT_ENV_TO_MODULE_CONNECTOR, self._env_to_module),
-            (COMPONENT_MODULE_TO_ENV_CONNECTOR, self._module_to_env),
-        ]
-
-    def get_metadata(self) -> dict:
-        """Class and version info stored next to a checkpoint."""
-        import envrunners
-
-        return {
-            "class": f"{type(self).__module__}.{type(self).__qualname__}",
-            "envrunners_version": envrunners.__version__,
-            "checkpoint_version": 1,
-        }
-
-    def save_to_path(self, path: str, *, state: dict | None = None) -> str:
-        """Write the runner state to directory ``path`` (plain files, atomically)."""
-        state = self.get_state() if state is None else state
-        return str(save_state(path, state, self.get_metadata()))
-
-    def restore_from_path(self, path: str, **kwargs: Any) -> None:
-        """Load a state written by ``save_to_path`` (weights always applied)."""
-        state, _ = load_state(path)
-        state = dict(state)
-        state.pop(M.WEIGHTS_SEQ_NO, None)
-        self.set_state(state)
-
-    @classmethod
-    def from_checkpoint(cls, path: str, *, config: Any, **kwargs: Any) -> SingleAgentEnvRunner:
-        """Build a runner from ``config`` and restore the checkpoint at ``path`` into it."""
-        runner = cls(config=config, **kwargs)
-        runner.restore_from_path(path)
-        return runner
 
     # -- health and lifecycle ------------------------------------------------------
     def assert_healthy(self) -> None:
