@@ -104,28 +104,6 @@ class MultiAgentRunnerStateMixin:
             comps = [f"{COMPONENT_RL_MODULE}/{mid}" for mid in ids]  # type: ignore[assignment]
         return self.get_state(components=comps)[COMPONENT_RL_MODULE]
 
-    def set_weights(
-        self, weights: dict, global_vars: dict | None = None, weights_seq_no: int = 0
-    ) -> None:
-        """Set ``{module_id: weights}``, gated by ``weights_seq_no`` like ``set_state``."""
-        self.set_state({COMPONENT_RL_MODULE: weights, M.WEIGHTS_SEQ_NO: weights_seq_no})
-        if global_vars and "num_env_steps_sampled_lifetime" in global_vars:
-            self.num_env_steps_sampled_lifetime = int(global_vars["num_env_steps_sampled_lifetime"])
-
-    # -- health and lifecycle ------------------------------------------------------
-    def assert_healthy(self) -> None:
-        """Raise ``AssertionError`` unless the env and module exist."""
-        assert self.env is not None and self.module is not None, (
-            f"{type(self).__name__}(worker_index={self.worker_index}) is not healthy: "
-            f"env={'ok' if self.env is not None else 'missing'}, "
-            f"module={'ok' if self.module is not None else 'missing'}"
-        )
-
-    def stop(self) -> None:
-        """Close the env (stops async sub-env worker processes)."""
-        if self.env is not None:
-            runner_setup.close_quietly(self.env)
-
 
 def _sub_components(value: str | list[str] | None, prefix: str) -> list[str] | None:
     """``["rl_module/p0"]`` -> ``["p0"]``; None if nothing below ``prefix`` is named."""

@@ -22,7 +22,7 @@ from envrunners.core import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
 from envrunners.env._multi_agent_runner_state import MultiAgentRunnerStateMixin
-from envrunners.env._runner_checkpoint import RunnerCheckpointMixin
+from envrunners.env._runner_common import RunnerCommonMixin
 from envrunners.env.env_runner import ENV_STEP_FAILURE, EnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError
@@ -39,7 +39,7 @@ __all__ = ["MultiAgentEnvRunner"]
 _EPISODE_EVENTS = ("on_episode_created", "on_episode_start", "on_episode_step", "on_episode_end")
 
 
-class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCheckpointMixin, EnvRunner):
+class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunner):
     """Samples a (vectorised) multi-agent env with one module per policy id.
 
     Args:
@@ -100,12 +100,7 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCheckpointMixin, Env
         self.env, self._env_context = setup.make_vector_env(
             self.config, self.worker_index, self.num_workers
         )
-        self.num_envs = self.env.num_envs
-        if self.num_envs != self.config.num_envs_per_env_runner:
-            raise ConfigError(
-                f"the vector env has {self.num_envs} sub-envs, but config."
-                f"num_envs_per_env_runner={self.config.num_envs_per_env_runner}"
-            )
+        self.num_envs = runner_setup.check_num_envs(self.env, self.config)
         self._module_spaces = setup.module_spaces(
             self.config,
             self.env.single_observation_spaces,

@@ -110,6 +110,16 @@ def make_vector_env(
     )
 
 
+def check_num_envs(env: Any, config: Any) -> int:
+    """The vector env's size; ``ConfigError`` unless it is ``num_envs_per_env_runner``."""
+    if env.num_envs != config.num_envs_per_env_runner:
+        raise ConfigError(
+            f"the vector env has {env.num_envs} sub-envs, but config."
+            f"num_envs_per_env_runner={config.num_envs_per_env_runner}"
+        )
+    return env.num_envs
+
+
 def _checked_fn(config: Any, ctx: EnvContext) -> Callable[[], gym.Env]:
     creator = resolve_env_creator(config.env, ctx)
 

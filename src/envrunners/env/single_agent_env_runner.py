@@ -27,18 +27,17 @@ from envrunners.core import (
     INPUT_ENV_SPACES,
 )
 from envrunners.env import runner_setup
-from envrunners.env._runner_checkpoint import RunnerCheckpointMixin
+from envrunners.env._runner_common import RunnerCommonMixin
 from envrunners.env.env_runner import ENV_STEP_FAILURE, EnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
-from envrunners.errors import ConfigError
-from envrunners.offline.episode_writer import close_episode_writer, record_episodes
+from envrunners.offline.episode_writer import record_episodes
 from envrunners.sampling.single_agent import STEP_FAILED, SampleResult, SingleAgentSampler
 from envrunners.utils import metrics as M
 
 __all__ = ["SingleAgentEnvRunner"]
 
 
-class SingleAgentEnvRunner(RunnerCheckpointMixin, EnvRunner):
+class SingleAgentEnvRunner(RunnerCommonMixin, EnvRunner):
     """Samples a (vectorised) single-agent gymnasium env with one module.
 
     Args:
@@ -77,12 +76,7 @@ class SingleAgentEnvRunner(RunnerCheckpointMixin, EnvRunner):
         self.env, self._env_context = runner_setup.make_vector_env(
             self.config, self.worker_index, self.num_workers
         )
-        self.num_envs = self.env.num_envs
-        if self.num_envs != self.config.num_envs_per_env_runner:
-            raise ConfigError(
-                f"the vector env has {self.num_envs} sub-envs, but config."
-                f"num_envs_per_env_runner={self.config.num_envs_per_env_runner}"
-            )
+        self.num_envs = runner_setup.check_num_envs(self.env, self.config)
         rebuilt = self._sampler is not None and self._sampler.env is not None
         if rebuilt and self._spaces_unchanged():
             # A recreated env (after a failure or a config change) keeps the connector
@@ -354,29 +348,7 @@ class SingleAgentEnvRunner(RunnerCheckpointMixin, EnvRunner):
         """The module's weights as numpy arrays (``get_state(components="rl_module")``)."""
         return self.get_state(components=COMPONENT_RL_MODULE)[COMPONENT_RL_MODULE]
 
-    def set_weights(
-        self, weights: dict, global_vars: dict | None = None, weights_seq_no: int = 0
-    ) -> None:
-        """Set module weights, gated by ``weights_seq_no`` like ``set_state``."""
-        self.set_state({COMPONENT_RL_MODULE: weights, M.WEIGHTS_SEQ_NO: weights_seq_no})
-        if global_vars and "num_env_steps_sampled_lifetime" in global_vars:
-            self.num_env_steps_sampled_lifetime = int(global_vars["num_env_steps_sampled_lifetime"])
-
     # -- health and lifecycle ------------------------------------------------------
-    def assert_healthy(self) -> None:
-        """Raise ``AssertionError`` unless the env and module exist."""
-        assert self.env is not None and self.module is not None, (
-            f"{type(self).__name__}(worker_index={self.worker_index}) is not healthy: "
-            f"env={'ok' if self.env is not None else 'missing'}, "
-            f"module={'ok' if self.module is not None else 'missing'}"
-        )
-
-    def stop(self) -> None:
-        """Close the env and publish any episode recording."""
-        close_episode_writer(self)
-        if self.env is not None:
-            runner_setup.close_quietly(self.env)
-
     def add_connector_step(self, connector: ConnectorV2, *, to_env: bool = False) -> None:
         """Append a step to the env-to-module (or module-to-env) pipeline."""
         (self._module_to_env if to_env else self._env_to_module).append(connector)
