@@ -531,3 +531,19 @@ def test_under_env_runner_group_with_two_remote_runners(ray_session):
         assert all(m["num_env_steps_sampled"] >= 20 for m in metrics)
     finally:
         group.stop()
+
+
+def test_runner_records_episodes_when_output_is_set(tmp_path):
+    from envrunners.offline.episode_writer import read_episodes
+
+    config = ma_config(num_envs=2, fragment=5).offline_data(output=str(tmp_path / "out"))
+    r = MultiAgentEnvRunner(config=config)
+    sampled = r.sample(num_timesteps=10) + r.sample(num_timesteps=10)
+    r.stop()
+    read = list(read_episodes(str(tmp_path / "out")))
+    assert [e.id_ for e in read] == [e.id_ for e in sampled]
+    for a, b in zip(read, sampled):
+        assert isinstance(a, MultiAgentEpisode)
+        assert a.env_t_started == b.env_t_started and len(a) == len(b)
+        assert a.agent_steps() == b.agent_steps()
+        assert a.get_return() == pytest.approx(b.get_return())

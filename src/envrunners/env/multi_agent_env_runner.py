@@ -26,6 +26,7 @@ from envrunners.env._runner_common import RunnerCommonMixin
 from envrunners.env.env_runner import ENV_STEP_FAILURE, EnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError
+from envrunners.offline.episode_writer import record_episodes
 from envrunners.sampling.multi_agent import (
     STEP_FAILED,
     CheckedMappingFn,
@@ -294,6 +295,7 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
         runner_setup.fire(
             self, "on_sample_end", env_runner=self, metrics_logger=self.metrics, samples=episodes
         )
+        record_episodes(self, episodes)  # no-op unless config.output is set
         self._time_after_sampling = time.perf_counter()
         self.metrics.log_value(M.SAMPLE_TIMER, self._time_after_sampling - start)
         return episodes
