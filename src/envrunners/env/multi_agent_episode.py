@@ -18,9 +18,10 @@ agent's observations is held in *hanging* caches until its next observation:
 step)); the "S" entries of agents that did not take part are filled in lazily.
 Private helpers: ``_multi_agent_episode_index`` (env-step <-> agent-step
 indexing, splitting per-step data by agent), ``_multi_agent_episode_access``
-(getters and setters) and ``_multi_agent_episode_ops`` (construction from
+(getters and setters), ``_multi_agent_episode_ops`` (construction from
 recorded data, ``cut``, ``slice``, ``concat_episode``, ``get_state``,
-``validate``, ``print``).
+``validate``, ``print``) and ``_multi_agent_episode_fast`` (the sampler's
+``try_add_plain_env_step``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from envrunners.core import DEFAULT_MODULE_ID
 from envrunners.env._multi_agent_episode_access import MultiAgentAccessMixin
+from envrunners.env._multi_agent_episode_fast import MultiAgentFastStepMixin
 from envrunners.env._multi_agent_episode_index import (
     _M,
     SKIP_ENV_TS_TAG,
@@ -66,7 +68,7 @@ def _flags(value: Any) -> tuple[dict, bool]:
     return {}, bool(value)
 
 
-class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin):
+class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFastStepMixin):
     """A chunk of a multi-agent episode: one ``SingleAgentEpisode`` per agent.
 
     Why: the unit ``MultiAgentEnvRunner.sample()`` returns; see the module

@@ -233,11 +233,12 @@ class MultiAgentSampler:
                         e_rows = rows(fn(acts))
                         for k, (i, aid) in enumerate(idx):
                             env_actions[i][aid] = e_rows[k]
-                    keys = list(out)
-                    for (i, aid), a, *vals in zip(idx, a_rows, *[rows(out[k]) for k in keys]):
+                    keys = (*out, "weights_seq_no")
+                    cols = [rows(v) for v in out.values()]
+                    cols.append([seq] * len(idx))
+                    ex_rows = [dict(zip(keys, r)) for r in zip(*cols)]
+                    for (i, aid), a, ex in zip(idx, a_rows, ex_rows):
                         actions[i][aid] = a
-                        ex = dict(zip(keys, vals))
-                        ex["weights_seq_no"] = seq
                         extras[i][aid] = ex
                 if env_actions is not actions:  # modules without a transform act as is
                     for i in range(n):
@@ -294,6 +295,7 @@ class MultiAgentSampler:
         counts = res.agent_counts
         events = self.events
         env_steps = agent_steps = 0
+        now = time.perf_counter()
         for i in range(self.num_envs):
             obs_i = obs_l[i]
             ep = self.episodes[i]
@@ -308,15 +310,19 @@ class MultiAgentSampler:
                             f"{list(term_i)}); a MultiAgentEnv must always report "
                             "terminateds['__all__'] (True once the whole episode ended)."
                         )
-                    ep.add_env_step(
-                        obs_i,
-                        actions[i],  # type: ignore[index]
-                        rew_l[i],  # type: ignore[index]
-                        info_l[i],
-                        terminateds=term_i,
-                        truncateds=trunc_i,
-                        extra_model_outputs=extras[i],  # type: ignore[index]
-                    )
+                    act_i, rew_i, ext_i = actions[i], rew_l[i], extras[i]  # type: ignore[index]
+                    if not ep.try_add_plain_env_step(
+                        obs_i, act_i, rew_i, info_l[i] or {}, term_i, trunc_i, ext_i, now
+                    ):
+                        ep.add_env_step(
+                            obs_i,
+                            act_i,
+                            rew_i,
+                            info_l[i],
+                            terminateds=term_i,
+                            truncateds=trunc_i,
+                            extra_model_outputs=ext_i,
+                        )
                     env_steps += 1
                     agent_steps += len(obs_i)
                     done = ep.is_done
