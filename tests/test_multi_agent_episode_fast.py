@@ -1,0 +1,104 @@
+"""``MultiAgentEpisode.try_add_plain_env_step`` records exactly what ``add_env_step`` records.
+
+Random step sequences (plain simultaneous-move steps mixed with agents that skip,
+join late, end early, get rewards without observing, protocol errors) go into two
+episodes: one only through ``add_env_step``, one as the sampler does it (the fast
+path, falling back to ``add_env_step`` when it declines). Their states must match
+after every step, errors included.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envrunners.env.multi_agent_episode import MultiAgentEpisode
+from envrunners.errors import MultiAgentEnvError
+
+AGENTS = [0, 1, 2]
+
+
+def _state(ep: MultiAgentEpisode) -> dict:
+    state = ep.get_state()
+    for key in ("start_time", "last_step_time"):
+        state.pop(key)
+    for sa in state["agent_episodes"].values():
+        sa.pop("_start_time", None)
+        sa.pop("_last_step_time", None)
+    state["done_agent_ids"] = sorted(ep._done_agent_ids)
+    state["stepped"] = sorted(ep.get_agents_that_stepped())
+    return state
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+def _sub(draw, pool, p_all):
+    if draw(st.floats(0, 1)) < p_all:
+        return list(pool)
+    return draw(st.lists(st.sampled_from(AGENTS), unique=True))
+
+
+@st.composite
+def steps(draw):
+    """Mostly plain steps for the agents that acted; sometimes anything goes."""
+    out = []
+    acting = list(AGENTS)
+    for _ in range(draw(st.integers(1, 12))):
+        actions = {a: draw(st.integers(0, 1)) for a in _sub(draw, acting, 0.8)}
+        observed = _sub(draw, actions, 0.8)
+        rewarded = _sub(draw, observed, 0.85)
+        obs = {a: np.full(2, draw(st.integers(0, 9)), np.float32) for a in observed}
+        rew = {a: float(draw(st.integers(-2, 2))) for a in rewarded}
+        term = {a: draw(st.booleans()) and draw(st.booleans()) for a in _sub(draw, observed, 0.9)}
+        trunc = {a: False for a in _sub(draw, observed, 0.9)}
+        term["__all__"] = draw(st.integers(0, 20)) == 0
+        trunc["__all__"] = False
+        infos = {a: {"k": 1} for a in _sub(draw, observed, 0.5)}
+        extras = {a: {"logp": np.float32(0.5), "seq": 3} for a in actions}
+        out.append((obs, actions, rew, infos, term, trunc, extras))
+        acting = [a for a in obs if not term.get(a)]
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps())
+def test_fast_path_matches_add_env_step(schedule):
+    reset_obs = {a: np.zeros(2, np.float32) for a in AGENTS}
+    slow, fast = MultiAgentEpisode(id_="e"), MultiAgentEpisode(id_="e")
+    for ep in (slow, fast):
+        ep.add_env_reset(observations=reset_obs, infos={a: {} for a in AGENTS})
+        for a, sa in ep.agent_episodes.items():
+            sa.id_ = f"{a}"
+    for obs, act, rew, infos, term, trunc, extras in schedule:
+        errors = []
+        for ep, use_fast in ((slow, False), (fast, True)):
+            try:
+                if not (
+                    use_fast
+                    and ep.try_add_plain_env_step(obs, act, rew, infos, term, trunc, extras, 1.0)
+                ):
+                    ep.add_env_step(
+                        obs,
+                        act,
+                        rew,
+                        infos,
+                        terminateds=term,
+                        truncateds=trunc,
+                        extra_model_outputs=extras,
+                    )
+                errors.append(None)
+            except MultiAgentEnvError as err:
+                errors.append(str(err))
+        assert errors[0] == errors[1]
+        assert _same(_state(slow), _state(fast))
+        if slow.is_done:
+            break
