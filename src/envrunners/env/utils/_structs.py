@@ -98,7 +98,7 @@ def batch(items: list[Any]) -> Any:
     first = items[0]
     if not is_struct(first):
         if isinstance(first, np.ndarray):
-            return np.stack(items, axis=0)
+            return _stack(items)
         return np.asarray(items)
     return map_structure(lambda *leaves: _stack_leaves(leaves), *items)
 
@@ -106,8 +106,32 @@ def batch(items: list[Any]) -> Any:
 def _stack_leaves(leaves: tuple[Any, ...]) -> np.ndarray:
     """Stack one leaf position across all items (arrays or Python scalars)."""
     if isinstance(leaves[0], np.ndarray):
-        return np.stack(leaves, axis=0)
+        return _stack(leaves)
     return np.asarray(leaves)
+
+
+def _stack(arrays: Any) -> np.ndarray:
+    """``np.stack(arrays)``, via ``np.array`` where that gives the same result.
+
+    Why: episodes finalize many short columns of small arrays; ``np.array`` does
+    the same copy in C, ~5x faster than ``np.stack``'s per-array Python work. It
+    is used only for plain, non-object arrays of one dtype and shape (checked on
+    the result); anything else (and every error message) is ``np.stack``'s.
+    """
+    first = arrays[0]
+    if type(first) is np.ndarray and first.dtype != object:
+        try:
+            out = np.array(arrays)
+        except (ValueError, TypeError):
+            out = None
+        if (
+            out is not None
+            and out.dtype == first.dtype
+            and out.shape[1:] == first.shape
+            and out.shape[0] == len(arrays)
+        ):
+            return out
+    return np.stack(arrays, axis=0)
 
 
 def leaf_len(struct: Any) -> int:
