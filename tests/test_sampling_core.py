@@ -301,3 +301,20 @@ def test_chunks_reassemble_into_true_episodes(num_envs, episode_len, calls):
         assert ep.get_return() == len(ep)
         if ep.is_done:
             assert len(ep) == episode_len
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_returned_episodes_are_not_changed_by_later_calls(num_envs):
+    """Episodes hold their own arrays: later sample() calls never write into them."""
+    r = _runner(env_config={"episode_len": 3}, num_envs=num_envs)
+    first = r.sample(num_timesteps=7)
+    snapshot = [
+        (e.get_observations().copy(), e.get_actions().copy(), e.get_rewards().copy()) for e in first
+    ]
+    for n in (0, 1, 5, 9):
+        r.sample(num_timesteps=n)
+    r.sample(num_episodes=2)
+    for e, (obs, act, rew) in zip(first, snapshot, strict=True):
+        np.testing.assert_array_equal(e.get_observations(), obs)
+        np.testing.assert_array_equal(e.get_actions(), act)
+        np.testing.assert_array_equal(e.get_rewards(), rew)

@@ -77,9 +77,6 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.restart_failed = restart_failed
         self._flat_obs = _is_flat_array_space(self.single_observation_space)
-        # Discrete actions go to the sub-envs as Python ints: envs that assert
-        # ``action_space.contains(a)`` check an int far faster than a numpy scalar.
-        self._int_actions = isinstance(self.single_action_space, gym.spaces.Discrete)
         self._obs = create_empty_array(self.single_observation_space, self.num_envs, fn=np.zeros)
         self._rewards = np.zeros(self.num_envs, dtype=np.float64)
         self._terminations = np.zeros(self.num_envs, dtype=np.bool_)
@@ -187,16 +184,25 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
             items.append(obs)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
-        """Step every sub-env (or autoreset it if its last step ended its episode)."""
-        self.failed[:] = False
-        self.last_errors = []
-        rewards, terms, truncs = self._rewards, self._terminations, self._truncations
+        """Step every sub-env (or autoreset it if its last step ended its episode).
+
+        Sub-env ``i`` gets ``actions[i]`` (for an array: a numpy scalar or row, as with
+        gymnasium's ``SyncVectorEnv``; gymnasium's ``Discrete.contains`` checks a numpy
+        integer faster than a Python int).
+        """
+        if self.last_errors:
+            self.failed[:] = False
+            self.last_errors = []
         infos: list[dict] = []
+        rewards: list[float] = []
+        terms: list[bool] = []
+        truncs: list[bool] = []
+        flat = self._flat_obs
+        out_obs = self._obs
         obs_items: list = []
-        if self._int_actions and isinstance(actions, np.ndarray):
-            actions = actions.tolist()
+        autoreset = self._autoreset.tolist()
         for i, env in enumerate(self.envs):
-            if self._autoreset[i]:
+            if autoreset[i]:
                 try:
                     obs, info = env.reset()
                 except Exception as err:  # noqa: BLE001
@@ -208,17 +214,29 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
                 except Exception as err:  # noqa: BLE001
                     obs, info = self._fail(i, err, "step")
                     reward, terminated, truncated = 0.0, False, False
-            self._write_obs(i, obs, obs_items)
-            rewards[i] = reward
-            terms[i] = terminated
-            truncs[i] = truncated
+            if flat:
+                out_obs[i] = obs
+            else:
+                obs_items.append(obs)
+            rewards.append(reward)
+            terms.append(terminated)
+            truncs.append(truncated)
             infos.append(info)
-        if not self._flat_obs:
+        if not flat:
             self._obs = concatenate(self.single_observation_space, obs_items, self._obs)
-        np.logical_or(terms, truncs, out=self._autoreset)
+        self._rewards[:] = rewards
+        self._terminations[:] = terms
+        self._truncations[:] = truncs
+        np.logical_or(self._terminations, self._truncations, out=self._autoreset)
         if self.copy:
-            return self._out_obs(), rewards.copy(), terms.copy(), truncs.copy(), infos
-        return self._obs, rewards, terms, truncs, infos
+            return (
+                self._out_obs(),
+                self._rewards.copy(),
+                self._terminations.copy(),
+                self._truncations.copy(),
+                infos,
+            )
+        return self._obs, self._rewards, self._terminations, self._truncations, infos
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call ``name(*args, **kwargs)`` on every sub-env (or read it if not callable)."""
