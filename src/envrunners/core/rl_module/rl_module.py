@@ -31,6 +31,7 @@ from envrunners.core.distributions import (
 )
 from envrunners.core.rl_module._space_codec import space_from_dict, space_to_dict
 from envrunners.errors import ConfigError
+from envrunners.utils.cow_arrays import AdoptableState
 
 __all__ = ["RLModule", "RLModuleSpec", "TorchRLModule"]
 
@@ -71,6 +72,17 @@ def _unflatten_state(flat: Mapping[str, np.ndarray]) -> StateDict:
             node = node.setdefault(p, {})
         node[leaf] = value
     return state
+
+
+def _can_adopt(array: Any, value: torch.Tensor, target: torch.Tensor) -> bool:
+    """Whether ``target`` may use ``value``'s memory (a writable numpy array) as its own."""
+    return (
+        isinstance(array, np.ndarray)
+        and array.flags.writeable
+        and value.dtype == target.dtype
+        and target.device.type == "cpu"
+        and target.layout == torch.strided
+    )
 
 
 def _qualname(obj: type | None) -> str | None:
@@ -264,6 +276,9 @@ class RLModule(nn.Module):
 
         Extra entries are ignored (a full learner state may load into an
         ``inference_only`` copy); a missing entry or a wrong shape is an error.
+        An ``AdoptableState`` (copy-on-write views a remote runner made of pushed
+        weights, see ``envrunners.utils.cow_arrays``) is not copied: its CPU arrays
+        become the parameters' storage; the previous storage is dropped.
 
         Raises:
             ValueError: ``state`` lacks some of this module's entries or has wrong shapes.
@@ -276,6 +291,7 @@ class RLModule(nn.Module):
                 f"{type(self).__name__}.set_state: the state lacks {len(missing)} of the "
                 f"module's {len(own)} entries ({shown}); state keys: {sorted(state)[:5]}..."
             )
+        adopt = isinstance(state, AdoptableState)
         pairs = []
         with warnings.catch_warnings():
             # Read-only arrays (from Ray's object store) are only read from here.
@@ -289,10 +305,20 @@ class RLModule(nn.Module):
                         f"{type(self).__name__}.set_state: {name!r} has shape "
                         f"{tuple(value.shape)}, the module expects {tuple(target.shape)}."
                     )
-                pairs.append((target, value))
+                take = adopt and _can_adopt(state[name], value, target)
+                pairs.append((target, value, take))
+        # Copying into adopted (copy-on-write) storage would fault in every page;
+        # fresh memory is faster and drops the object-store pages at once.
+        fresh = getattr(self, "_adopted_storage", False)
         with torch.no_grad():  # all checked first, so a bad state changes nothing
-            for target, value in pairs:
-                target.copy_(value)
+            for target, value, take in pairs:
+                if take:
+                    target.data = value
+                elif fresh:
+                    target.data = torch.empty_like(target).copy_(value)
+                else:
+                    target.copy_(value)
+        self._adopted_storage = any(take for _, _, take in pairs)
 
     def save_to_path(self, path: str | os.PathLike) -> str:
         """Write the state as ``<path>/module_state.npz`` (numpy's format, no pickle).
