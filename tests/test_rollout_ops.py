@@ -96,3 +96,20 @@ def test_all_runners_late_is_an_error_not_an_empty_batch():
 def test_no_healthy_runner_left_is_an_error():
     with pytest.raises(EnvRunnerError, match="No healthy remote env runners left"):
         synchronous_parallel_sample(worker_set=_FakeGroup(healthy=0, restart=True))
+
+
+def test_pickled_results_load_with_gc_paused_and_restored():
+    import gc
+    import pickle
+
+    from envrunners.execution.rollout_ops import _Pickled
+
+    payload = pickle.dumps([{"a": [1, 2]}] * 3, protocol=5)
+    try:
+        assert _Pickled(payload).load() == [{"a": [1, 2]}] * 3
+        assert gc.isenabled()
+        gc.disable()
+        _Pickled(payload).load()
+        assert not gc.isenabled()  # a caller's choice is kept
+    finally:
+        gc.enable()
