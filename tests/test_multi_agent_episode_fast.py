@@ -78,13 +78,18 @@ def test_fast_path_matches_add_env_step(schedule):
         ep.add_env_reset(observations=reset_obs, infos={a: {} for a in AGENTS})
         for a, sa in ep.agent_episodes.items():
             sa.id_ = f"{a}"
-    for obs, act, rew, infos, term, trunc, extras in schedule:
+    for step, (obs, act, rew, infos, term, trunc, extras) in enumerate(schedule):
+        # The sampler's form of the extras: (keys, values) pairs (dicts work too).
+        pairs = {a: (tuple(d), tuple(d.values())) for a, d in extras.items()}
+        fast_extras = pairs if step % 2 else extras
         errors = []
         for ep, use_fast in ((slow, False), (fast, True)):
             try:
                 if not (
                     use_fast
-                    and ep.try_add_plain_env_step(obs, act, rew, infos, term, trunc, extras, 1.0)
+                    and ep.try_add_plain_env_step(
+                        obs, act, rew, infos, term, trunc, fast_extras, 1.0
+                    )
                 ):
                     ep.add_env_step(
                         obs,

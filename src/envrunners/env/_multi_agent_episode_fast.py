@@ -13,17 +13,12 @@ identical to what ``add_env_step`` records (timestamps aside).
 
 from __future__ import annotations
 
-from envrunners.env._multi_agent_episode_index import _M, SKIP_ENV_TS_TAG
+from envrunners.env._multi_agent_episode_index import SKIP_ENV_TS_TAG
 from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 
 __all__ = ["MultiAgentFastStepMixin"]
 
 _ALL = "__all__"
-
-
-def _extra_keys_ok(flags: dict, found: int) -> bool:
-    """Whether ``flags`` names no agent beyond the ``found`` ones that observed."""
-    return len(flags) - (_ALL in flags) == found
 
 
 class MultiAgentFastStepMixin:
@@ -45,11 +40,13 @@ class MultiAgentFastStepMixin:
         Plain: the episode is ongoing and has no hanging actions or rewards;
         ``__all__`` is not set; the agents that observe are exactly those that
         acted and got a reward, each has a (list-based, not done) agent episode;
-        ``terminateds``/``truncateds`` name no other agent.
+        ``terminateds``/``truncateds`` name exactly these agents (plus ``__all__``).
 
         Args:
             observations, actions, rewards, infos, terminateds, truncateds,
-                extra_model_outputs: As for ``add_env_step`` (dicts, not None).
+                extra_model_outputs: As for ``add_env_step`` (dicts, not None),
+                except that an agent's extra model outputs may also be a pair
+                ``(keys, values)`` (the sampler's cheaper form of a dict).
             now: ``time.perf_counter()`` of this step (the last-step timestamp).
 
         Returns:
@@ -66,20 +63,24 @@ class MultiAgentFastStepMixin:
             or truncateds.get(_ALL)
         ):
             return False
-        n = len(observations)
-        if len(actions) != n or len(rewards) != n:
+        keys = observations.keys()
+        # Same agents everywhere (C-level key-set comparisons); the flag dicts may
+        # also hold "__all__", and name an agent only if it observed.
+        if not (
+            keys == actions.keys()
+            and keys == rewards.keys()
+            and terminateds.keys() >= keys
+            and truncateds.keys() >= keys
+            and len(terminateds) - (_ALL in terminateds) == len(keys)
+            and len(truncateds) - (_ALL in truncateds) == len(keys)
+        ):
             return False
         episodes = self.agent_episodes
-        plan = []
-        n_term = n_trunc = 0
-        for aid, obs in observations.items():
+        agents = []
+        for aid in keys:
             sa = episodes.get(aid)
-            act = actions.get(aid, _M)
-            rew = rewards.get(aid, _M)
             if (
                 sa is None
-                or act is _M
-                or rew is _M
                 or sa.is_terminated
                 or sa.is_truncated
                 or sa.observations.finalized
@@ -87,27 +88,15 @@ class MultiAgentFastStepMixin:
                 or sa.rewards.finalized
             ):
                 return False
-            term = terminateds.get(aid, _M)
-            if term is _M:
-                term = False
-            else:
-                n_term += 1
-                term = bool(term)
-            trunc = truncateds.get(aid, _M)
-            if trunc is _M:
-                trunc = False
-            else:
-                n_trunc += 1
-                trunc = bool(trunc)
-            plan.append((aid, sa, obs, act, rew, term, trunc))
-        if not (_extra_keys_ok(terminateds, n_term) and _extra_keys_ok(truncateds, n_trunc)):
-            return False
+            agents.append(sa)
 
         env_t = self.env_t = self.env_t + 1
         stepped = self._stepped_cache = []
         pos = self._len_lookback_buffers + env_t - self.env_t_started
         mappings = self._env_t_to_agent_t
-        for aid, sa, obs, act, rew, term, trunc in plan:
+        for (aid, obs), sa in zip(observations.items(), agents):
+            act, rew = actions[aid], rewards[aid]
+            term, trunc = bool(terminateds[aid]), bool(truncateds[aid])
             info = infos.get(aid)
             if info is None:
                 info = {}
@@ -120,7 +109,7 @@ class MultiAgentFastStepMixin:
             ext = extra_model_outputs.get(aid)
             if ext:
                 bufs = sa.extra_model_outputs
-                for key, value in ext.items():
+                for key, value in ext.items() if type(ext) is dict else zip(*ext):
                     buf = bufs.get(key)
                     if buf is None:
                         bufs[key] = InfiniteLookbackBuffer([value])
@@ -141,7 +130,8 @@ class MultiAgentFastStepMixin:
             if term or trunc:
                 self._done_agent_ids.add(aid)
         self.is_terminated = self.is_truncated = False
-        self._update_all_done()
+        if len(self._done_agent_ids) >= len(episodes):  # else _update_all_done is a no-op
+            self._update_all_done()
         self._last_step_time = now
         if self._start_time is None:
             self._start_time = now

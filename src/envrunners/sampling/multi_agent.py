@@ -20,6 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
@@ -236,8 +237,8 @@ class MultiAgentSampler:
                     keys = (*out, "weights_seq_no")
                     cols = [rows(v) for v in out.values()]
                     cols.append([seq] * len(idx))
-                    ex_rows = [dict(zip(keys, r)) for r in zip(*cols)]
-                    for (i, aid), a, ex in zip(idx, a_rows, ex_rows):
+                    # (keys, values) pairs, not dicts: see MultiAgentEpisode.try_add_plain_env_step
+                    for (i, aid), a, ex in zip(idx, a_rows, zip(repeat(keys), zip(*cols))):
                         actions[i][aid] = a
                         extras[i][aid] = ex
                 if env_actions is not actions:  # modules without a transform act as is
@@ -314,6 +315,7 @@ class MultiAgentSampler:
                     if not ep.try_add_plain_env_step(
                         obs_i, act_i, rew_i, info_l[i] or {}, term_i, trunc_i, ext_i, now
                     ):
+                        ext_i = {aid: dict(zip(*kv)) for aid, kv in ext_i.items()}
                         ep.add_env_step(
                             obs_i,
                             act_i,
