@@ -7,7 +7,7 @@ import logging
 import gymnasium as gym
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.envs.simple import CountingEnv, FailingEnv
 
@@ -318,3 +318,66 @@ def test_returned_episodes_are_not_changed_by_later_calls(num_envs):
         np.testing.assert_array_equal(e.get_observations(), obs)
         np.testing.assert_array_equal(e.get_actions(), act)
         np.testing.assert_array_equal(e.get_rewards(), rew)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lookback=st.integers(0, 4),
+    num_envs=st.integers(1, 3),
+    episode_len=st.integers(1, 7),
+    calls=st.lists(st.tuples(st.integers(0, 12), st.booleans()), min_size=1, max_size=5),
+)
+@example(lookback=1, num_envs=1, episode_len=2, calls=[(1, False), (0, False), (1, False)])
+@example(lookback=3, num_envs=2, episode_len=9, calls=[(6, False), (2, True), (6, False)])
+def test_continuation_chunks_carry_their_lookback(lookback, num_envs, episode_len, calls):
+    """A continuing chunk's lookback is the previous chunk's last steps (obs = t here).
+
+    Mixed random-action calls: their chunks have no model outputs, so a following
+    chunk's carried ``action_logp`` is zero-filled, as RLlib pads missing lookback.
+    """
+    r = _runner(
+        env_config={"episode_len": episode_len},
+        num_envs=num_envs,
+        episode_lookback_horizon=lookback,
+    )
+    last_seen = {}  # id -> actions and rewards so far, and the last chunk's action_logp
+    for n, random in calls:
+        for ep in r.sample(num_timesteps=n, random_actions=random):
+            k = ep.observations.lookback
+            np.testing.assert_array_equal(
+                ep.observations.data[:, 0], np.arange(ep.t_started - k, ep.t + 1)
+            )
+            assert k == (min(lookback, ep.t_started) if ep.t_started else 0)
+            acts = ep.actions.data
+            prev = last_seen.get(ep.id_)
+            if k:
+                assert prev is not None
+                np.testing.assert_array_equal(acts[:k], prev["actions"][-k:])
+                np.testing.assert_array_equal(ep.rewards.data[:k], prev["rewards"][-k:])
+                if "action_logp" in ep.extra_model_outputs:
+                    want = prev["logp"][-k:] if prev["logp"] is not None else np.zeros(k)
+                    np.testing.assert_array_equal(
+                        ep.extra_model_outputs["action_logp"].data[:k], want
+                    )
+            logp = ep.extra_model_outputs.get("action_logp")
+            last_seen[ep.id_] = {
+                "actions": acts[k:]
+                if prev is None
+                else np.concatenate([prev["actions"], acts[k:]]),
+                "rewards": ep.rewards.data[k:]
+                if prev is None
+                else np.concatenate([prev["rewards"], ep.rewards.data[k:]]),
+                "logp": None if logp is None else logp.data,
+            }
+
+
+def test_lookback_after_a_random_action_call_has_zero_model_outputs():
+    """act -> random -> act: the last chunk's carried action_logp rows are zeros."""
+    r = _runner(env_config={"episode_len": 100}, num_envs=2, episode_lookback_horizon=2)
+    r.sample(num_timesteps=6)
+    r.sample(num_timesteps=4, random_actions=True)
+    for ep in r.sample(num_timesteps=6):
+        assert ep.observations.lookback == 2
+        logp = ep.extra_model_outputs["action_logp"].data
+        np.testing.assert_array_equal(logp[:2], np.zeros(2))
+        assert np.all(logp[2:] < 0)

@@ -57,6 +57,11 @@ def _buffer(data: Any, lookback: int, space: gym.Space | None) -> InfiniteLookba
     return InfiniteLookbackBuffer(data=data, lookback=lookback, space=space)
 
 
+
+def _col_len(column: Any) -> int:
+    """Rows of a column: ``len`` for a plain array, the first leaf's for a struct."""
+    return len(column) if type(column) is np.ndarray else leaf_len(column)
+
 class SingleAgentEpisode(EpisodeOpsMixin):
     """A chunk of one agent's episode, with lookback history.
 
@@ -243,21 +248,21 @@ class SingleAgentEpisode(EpisodeOpsMixin):
         Raises:
             ValueError: Column lengths that do not fit the layout above.
         """
-        n_act = leaf_len(actions)
+        n_act = _col_len(actions)
         k = int(len_lookback_buffer)
         problems = []
         if not 0 <= k <= n_act:
             problems.append(f"len_lookback_buffer={k} must be in [0, len(actions)={n_act}]")
-        if leaf_len(rewards) != n_act:
+        if _col_len(rewards) != n_act:
             problems.append(f"len(rewards)={leaf_len(rewards)} != len(actions)={n_act}")
-        if leaf_len(observations) != n_act + 1:
+        if _col_len(observations) != n_act + 1:
             problems.append(
                 f"len(observations)={leaf_len(observations)} != len(actions)+1={n_act + 1}"
             )
         if infos is not None and len(infos) != n_act + 1:
             problems.append(f"len(infos)={len(infos)} != len(actions)+1={n_act + 1}")
         for key, value in (extra_model_outputs or {}).items():
-            if leaf_len(value) != n_act:
+            if _col_len(value) != n_act:
                 problems.append(
                     f"len(extra_model_outputs[{key!r}])={leaf_len(value)} != len(actions)={n_act}"
                 )
@@ -270,6 +275,8 @@ class SingleAgentEpisode(EpisodeOpsMixin):
         raw = InfiniteLookbackBuffer._raw
 
         def column(data: Any, space: Any, struct: Any) -> InfiniteLookbackBuffer:
+            if type(data) is np.ndarray:  # the common case, without the struct walk
+                return raw(data.copy() if copy else data, k, space, struct, True)
             if isinstance(data, list):  # tolerated: a list of per-step items
                 data = batch(data)
             return raw(map_structure(conv, data), k, space, struct, True)

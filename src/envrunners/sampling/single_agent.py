@@ -71,20 +71,11 @@ class _EpisodeState:
     start_time: float = 0.0
     len_before: int = 0  # steps in earlier, already returned chunks
     ret_before: float = 0.0
-    lookback: dict[str, Any] | None = None  # tails of the previous chunk (continuations)
 
 
 def _new_episode_state() -> _EpisodeState:
     # 32 random hex digits, like ``uuid.uuid4().hex`` at a third of the cost.
     return _EpisodeState(id_=os.urandom(16).hex(), start_time=time.time())
-
-
-def _tail(x: Any, n: int) -> Any:
-    return tree_map(lambda a: a[len(a) - n :].copy(), x) if n else tree_map(lambda a: a[:0], x)
-
-
-def _concat(a: Any, b: Any) -> Any:
-    return tree_map(lambda x, y: np.concatenate([x, y]), a, b)
 
 
 class SingleAgentSampler:
@@ -135,6 +126,12 @@ class SingleAgentSampler:
         self._pending = np.zeros(self.num_envs, np.bool_)
         self._states: list[_EpisodeState] = []
         self._rows_capacity = 0
+        # Rows [0, _base) of every column carry the lookback of each sub-env's
+        # continuing episode (the last ``lookback`` steps of the previous call);
+        # ``_lb_len[i]`` of them are valid for sub-env ``i``.
+        self._base = 0
+        self._lb_len = [0] * self.num_envs
+        self._seq: np.ndarray = np.zeros((0, self.num_envs), np.int64)
         self.weights_seq_no = 0
         #: Called with (raw_obs, actions_for_env) on the next step only (env checking).
         self.check_fn: Callable[[Any, Any], None] | None = None
@@ -146,6 +143,7 @@ class SingleAgentSampler:
         self._cur_infos = list(infos)
         self._pending[:] = False
         self._states = [_new_episode_state() for _ in range(self.num_envs)]
+        self._lb_len = [0] * self.num_envs
 
     @property
     def started(self) -> bool:
@@ -168,6 +166,7 @@ class SingleAgentSampler:
             self._rewards = np.resize(self._rewards, (new, self.num_envs))
             self._terms = np.resize(self._terms, (new, self.num_envs))
             self._truncs = np.resize(self._truncs, (new, self.num_envs))
+            self._seq = np.resize(self._seq, (new, self.num_envs))
         if len(self._infos) < rows + 1:
             self._infos.extend([None] * (rows + 1 - len(self._infos)))
         # Step rows that fit in every column (extras made later get the obs capacity).
@@ -219,11 +218,12 @@ class SingleAgentSampler:
         result = SampleResult()
         episode_mode = num_episodes is not None
         target = int(num_episodes if episode_mode else num_timesteps)
-        self._capacity(64 if episode_mode else -(-target // n_envs) + 2)
-        self._obs.write(0, self._cur_obs)
-        self._infos[0] = self._cur_infos
-        self._extras_written = set()
-        seg_start = [0] * n_envs
+        base = self._prepare_lookback_rows()
+        self._capacity(base + (64 if episode_mode else -(-target // n_envs) + 2))
+        self._obs.write(base, self._cur_obs)
+        self._infos[base] = self._cur_infos
+        prev_written, self._extras_written = self._extras_written, set()
+        seg_start = [base] * n_envs
         states = self._states
         # (sub-env, first obs row, last obs row, episode state, end time) per finished
         # episode, in the order they finished.
@@ -238,7 +238,8 @@ class SingleAgentSampler:
             self.reward_fn,
         )
         has_errors = hasattr(env, "last_errors") and hasattr(env, "failed")
-        ts = eps = row = 0
+        ts = eps = 0
+        row = base
         while (eps < target) if episode_mode else (ts < target):
             if row >= self._rows_capacity:
                 self._capacity(row + 1)
@@ -257,12 +258,13 @@ class SingleAgentSampler:
                 obs, infos = self._reset_after_failure()
                 self.start(obs, infos)
                 states = self._states
-                self._obs.write(0, self._cur_obs)
-                self._infos[0] = self._cur_infos
-                seg_start = [0] * n_envs
+                self._obs.write(base, self._cur_obs)
+                self._infos[base] = self._cur_infos
+                seg_start = [base] * n_envs
                 finished = []
                 pending = []
-                row = ts = eps = 0
+                ts = eps = 0
+                row = base
                 continue
             self._write_step_outputs(row, actions, extras)
             raw_obs, rewards, terms, truncs, infos = results
@@ -301,10 +303,72 @@ class SingleAgentSampler:
         self._pending = np.zeros(n_envs, np.bool_)
         self._pending[pending] = True
         result.env_steps = ts
+        for key in self._extras_written - prev_written:
+            # Not carried by the previous call (e.g. it sampled random actions):
+            # its lookback rows hold stale values; zeros stand in, as for a new key.
+            tree_map(lambda a: a[:base].fill(0), self._extras[key].data)
         self._cut_episodes(result, finished, seg_start, row, episode_mode)
+        self._carry_lookback(seg_start, row, episode_mode)
+        if row == base:  # no step: the carried rows are still the earlier call's
+            self._extras_written = prev_written
         self._cur_obs = tree_map(np.copy, self._obs.row(row))
         self._cur_infos = self._infos[row] or [{} for _ in range(n_envs)]
         return result
+
+    def _prepare_lookback_rows(self) -> int:
+        """Make rows ``[0, lookback)`` the carried-lookback rows; returns ``lookback``.
+
+        If ``lookback`` changed since the last call, the newest carried rows move so
+        that they again end right before the first row of this call.
+        """
+        new, old = self.lookback, self._base
+        self._capacity(new + 1)
+        if new != old:
+            keep = min(old, new)
+            if keep:
+                for col in self._columns():
+                    tree_map(
+                        lambda a: a.__setitem__(slice(new - keep, new), a[old - keep : old].copy()),
+                        col,
+                    )
+                self._infos[new - keep : new] = self._infos[old - keep : old]
+            self._lb_len = [min(n, keep) for n in self._lb_len]
+            self._base = new
+        return new
+
+    def _columns(self) -> list[Any]:
+        """Every step-aligned array (tree) whose lookback rows are carried."""
+        cols = [self._obs.data, self._rewards, self._seq]
+        if self._actions is not None:
+            cols.append(self._actions.data)
+        cols.extend(buf.data for buf in self._extras.values())
+        return cols
+
+    def _carry_lookback(self, seg_start: list[int], row: int, episode_mode: bool) -> None:
+        """Copy each column's last ``lookback`` rows to rows ``[0, lookback)``.
+
+        Sub-env ``i``'s episode continues into the next call unless it just ended
+        (pending reset) or this was an episode-mode call (the next one resets);
+        its carried rows are valid up to its episode's first row.
+        """
+        base = self._base
+        if episode_mode or not base:
+            self._lb_len = [0] * self.num_envs
+            return
+        lb_len = []
+        for i, start in enumerate(seg_start):
+            if self._pending[i]:
+                lb_len.append(0)
+                continue
+            first = start - (self._lb_len[i] if start == base else 0)
+            lb_len.append(min(base, row - first))
+        self._lb_len = lb_len
+        if row == base:
+            return
+        src = slice(row - base, row)
+        for col in self._columns():
+            tree_map(lambda a: a.__setitem__(slice(0, base), a[src].copy()), col)
+        self._infos[0:base] = self._infos[src]
 
     def _cut_episodes(
         self,
@@ -318,28 +382,36 @@ class SingleAgentSampler:
 
         Each column's rows ``[0, row]`` are copied once into a sub-env-major block;
         episodes hold views of their rows of it (no two episodes share a row), so a
-        call costs a few copies per column rather than a few per episode.
+        call costs a few copies per column rather than a few per episode. A chunk
+        continuing an episode starts with its carried lookback rows.
         """
+        base = self._base
         ongoing = []
         if not episode_mode:
-            for i in range(self.num_envs):
-                if self._pending[i]:
-                    continue
-                start = seg_start[i]
-                if row - start > 0:
-                    ongoing.append(i)
-                elif start > 0:  # reset on the very last step: carry the fresh episode over
-                    self._states[i].lookback = None
+            ongoing = [
+                i for i in range(self.num_envs) if not self._pending[i] and row - seg_start[i] > 0
+            ]
         if not finished and not ongoing:
             return
+        self._seq[base:row] = self.weights_seq_no
         blocks = _Blocks(self, row)
+        lb_len = self._lb_len
+
+        def first_row(env: int, start: int) -> int:
+            return start - lb_len[env] if start == base else start
+
         for i, start, stop, state, end_time in finished:
-            episode, stats = self._build(blocks, i, start, stop, state, True, end_time)
+            episode, stats = self._build(
+                blocks, i, first_row(i, start), start, stop, state, True, end_time
+            )
             result.done.append(episode)
             result.done_env_index.append(i)
             result.episode_stats.append(stats)
         for i in ongoing:
-            chunk, _ = self._build(blocks, i, seg_start[i], row, self._states[i], False, 0.0)
+            start = seg_start[i]
+            chunk, _ = self._build(
+                blocks, i, first_row(i, start), start, row, self._states[i], False, 0.0
+            )
             result.ongoing.append(chunk)
             result.ongoing_env_index.append(i)
 
@@ -349,73 +421,52 @@ class SingleAgentSampler:
 
     def _infos_for(self, env: int, start: int, stop: int) -> list[dict]:
         rows = self._infos
+        if not any(rows[start:stop]):  # no sub-env returned a non-empty info dict
+            return [{} for _ in range(start, stop)]
         return [({} if rows[r] is None else rows[r][env]) for r in range(start, stop)]
 
     def _build(
         self,
         blocks: _Blocks,
         env: int,
+        first: int,
         start: int,
         last_obs_row: int,
         state: _EpisodeState,
         finished: bool,
         end_time: float,
     ) -> tuple[SingleAgentEpisode, EpisodeStats]:
-        """Cut sub-env ``env``'s episode out of rows ``[start, last_obs_row]``."""
+        """Cut sub-env ``env``'s episode out of rows ``[first, last_obs_row]``.
+
+        Rows ``[first, start)`` are the lookback carried from the previous chunk.
+        """
         n = last_obs_row - start
-        obs = blocks.obs(env, start, last_obs_row + 1)
-        actions = blocks.actions(env, start, last_obs_row)
-        rewards = blocks.rewards[env, start:last_obs_row]
-        extras = {k: b(env, start, last_obs_row) for k, b in blocks.extras.items()}
-        extras["weights_seq_no"] = blocks.seq_no[env, start:last_obs_row]
-        infos = self._infos_for(env, start, last_obs_row + 1)
-        lb = state.lookback if start == 0 else None
-        n_lb = 0
-        if lb is not None:
-            n_lb = len(lb["rewards"])
-            obs = _concat(lb["obs"], obs)
-            actions = _concat(lb["actions"], actions)
-            rewards = np.concatenate([lb["rewards"], rewards])
-            infos = lb["infos"] + infos
-            for k in extras:
-                if k in lb["extras"]:
-                    extras[k] = _concat(lb["extras"][k], extras[k])
-                else:  # e.g. the previous chunk was sampled with random actions
-                    pad = tree_map(lambda a: np.zeros((n_lb, *a.shape[1:]), a.dtype), extras[k])
-                    extras[k] = _concat(pad, extras[k])
+        extras = {k: b(env, first, last_obs_row) for k, b in blocks.extras.items()}
+        extras["weights_seq_no"] = blocks.seq_no[env, first:last_obs_row]
         terminated = bool(finished and self._terms[last_obs_row - 1, env])
         truncated = bool(finished and not terminated and self._truncs[last_obs_row - 1, env])
         episode = SingleAgentEpisode.from_columns(
             id_=state.id_,
-            observations=obs,
-            actions=actions,
-            rewards=rewards,
-            infos=infos,
+            observations=blocks.obs(env, first, last_obs_row + 1),
+            actions=blocks.actions(env, first, last_obs_row),
+            rewards=blocks.rewards[env, first:last_obs_row],
+            infos=self._infos_for(env, first, last_obs_row + 1),
             extra_model_outputs=extras,
             terminated=terminated,
             truncated=truncated,
             t_started=state.t0,
-            len_lookback_buffer=n_lb,
+            len_lookback_buffer=start - first,
             observation_space=self.observation_space,
             action_space=self.action_space,
             copy=False,
         )
-        chunk_return = float(rewards[n_lb:].sum())
+        chunk_return = blocks.reward_sum(env, start, last_obs_row)
         stats = EpisodeStats(
             length=state.len_before + n,
             ret=state.ret_before + chunk_return,
             duration_s=(end_time or time.time()) - state.start_time,
         )
         if not finished:
-            keep = min(self.lookback, n_lb + n)
-            state.lookback = {
-                # obs: the `keep` items before the current (last) observation
-                "obs": tree_map(lambda a: a[len(a) - 1 - keep : len(a) - 1].copy(), obs),
-                "infos": infos[len(infos) - 1 - keep : len(infos) - 1],
-                "actions": _tail(actions, keep),
-                "rewards": rewards[len(rewards) - keep :].copy(),
-                "extras": {k: _tail(v, keep) for k, v in extras.items()},
-            }
             state.t0 += n
             state.len_before += n
             state.ret_before += chunk_return
@@ -430,21 +481,24 @@ class _Blocks:
     """
 
     def __init__(self, sampler: SingleAgentSampler, row: int):
-        self._obs = _to_env_major(sampler._obs.data, row + 1)
-        self._actions = _to_env_major(sampler._actions.data, row) if row else None
+        self.obs = _slicer(_to_env_major(sampler._obs.data, row + 1))
+        actions = sampler._actions
+        self.actions = _slicer(_to_env_major(actions.data, row) if actions is not None else None)
         self.rewards = sampler._rewards[:row].T.copy()
-        self.seq_no = np.full((sampler.num_envs, row), sampler.weights_seq_no, dtype=np.int64)
+        # Per sub-env running sums (float64) give every chunk's return by one subtraction.
+        self._cum_rewards = np.zeros((sampler.num_envs, row + 1))
+        np.cumsum(self.rewards, axis=1, out=self._cum_rewards[:, 1:])
+        self.seq_no = sampler._seq[:row].T.copy()
         self.extras = {
             k: _slicer(_to_env_major(buf.data, row))
             for k, buf in sampler._extras.items()
             if k in sampler._extras_written
         }
 
-    def obs(self, env: int, start: int, stop: int) -> Any:
-        return _env_rows(self._obs, env, start, stop)
-
-    def actions(self, env: int, start: int, stop: int) -> Any:
-        return _env_rows(self._actions, env, start, stop)
+    def reward_sum(self, env: int, start: int, stop: int) -> float:
+        """Sum of sub-env ``env``'s rewards in rows ``[start, stop)``."""
+        cum = self._cum_rewards
+        return float(cum[env, stop] - cum[env, start])
 
 
 def _to_env_major(data: Any, rows: int) -> Any:
@@ -460,4 +514,7 @@ def _env_rows(block: Any, env: int, start: int, stop: int) -> Any:
 
 
 def _slicer(block: Any) -> Callable[[int, int, int], Any]:
+    """``f(env, start, stop)`` -> the view of those rows of ``block``."""
+    if isinstance(block, np.ndarray):
+        return lambda env, start, stop: block[env, start:stop]
     return lambda env, start, stop: _env_rows(block, env, start, stop)
