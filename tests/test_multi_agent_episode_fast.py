@@ -59,13 +59,13 @@ def steps(draw):
         obs = {a: np.full(2, draw(st.integers(0, 9)), np.float32) for a in observed}
         rew = {a: float(draw(st.integers(-2, 2))) for a in rewarded}
         term = {a: draw(st.booleans()) and draw(st.booleans()) for a in _sub(draw, observed, 0.9)}
-        trunc = {a: False for a in _sub(draw, observed, 0.9)}
+        trunc = {a: draw(st.integers(0, 9)) == 0 for a in _sub(draw, observed, 0.9)}
         term["__all__"] = draw(st.integers(0, 20)) == 0
-        trunc["__all__"] = False
+        trunc["__all__"] = draw(st.integers(0, 30)) == 0
         infos = {a: {"k": 1} for a in _sub(draw, observed, 0.5)}
         extras = {a: {"logp": np.float32(0.5), "seq": 3} for a in actions}
         out.append((obs, actions, rew, infos, term, trunc, extras))
-        acting = [a for a in obs if not term.get(a)]
+        acting = [a for a in obs if not (term.get(a) or trunc.get(a))]
     return out
 
 
@@ -107,3 +107,41 @@ def test_fast_path_matches_add_env_step(schedule):
         assert _same(_state(slow), _state(fast))
         if slow.is_done:
             break
+
+
+def test_new_agent_episode_matches_constructor_and_reset():
+    """The direct construction equals ``SingleAgentEpisode(...)`` + ``add_env_reset``."""
+    import gymnasium as gym
+
+    from envrunners.env._multi_agent_episode_fast import new_agent_episode
+    from envrunners.env.single_agent_episode import SingleAgentEpisode
+
+    obs_space = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Discrete(3)})
+    for spaces in ((obs_space, gym.spaces.Discrete(2)), (None, None)):
+        obs, info = {"a": np.zeros(2, np.float32), "b": 1}, {"x": 1}
+        ref = SingleAgentEpisode(
+            "id",
+            observation_space=spaces[0],
+            action_space=spaces[1],
+            agent_id=3,
+            module_id="m",
+            multi_agent_episode_id="ma",
+        )
+        ref.add_env_reset(obs, info)
+        new = new_agent_episode("id", obs, info, spaces[0], spaces[1], 3, "m", "ma")
+        for name in SingleAgentEpisode.__slots__:
+            a, b = getattr(ref, name), getattr(new, name)
+            if name == "_start_time":
+                assert isinstance(b, float)
+            elif hasattr(a, "space_struct"):  # a buffer
+                assert (a.data, a.lookback, a.finalized, a.space) == (
+                    b.data,
+                    b.lookback,
+                    b.finalized,
+                    b.space,
+                )
+                assert a.space_struct == b.space_struct
+            else:
+                assert a == b, name
+        new.validate()
+        assert len(new_agent_episode(None, obs, info, None, None, 0, "m", "ma").id_) == 32

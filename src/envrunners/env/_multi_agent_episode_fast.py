@@ -13,12 +13,84 @@ identical to what ``add_env_step`` records (timestamps aside).
 
 from __future__ import annotations
 
-from envrunners.env._multi_agent_episode_index import SKIP_ENV_TS_TAG
-from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
+import time
+import uuid
+from typing import Any
 
-__all__ = ["MultiAgentFastStepMixin"]
+from envrunners.env._multi_agent_episode_index import SKIP_ENV_TS_TAG
+from envrunners.env.single_agent_episode import REWARD_SPACE, SingleAgentEpisode
+from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
+from envrunners.utils.spaces import get_base_struct_from_space
+
+__all__ = ["MultiAgentFastStepMixin", "new_agent_episode"]
 
 _ALL = "__all__"
+_REWARD_STRUCT = get_base_struct_from_space(REWARD_SPACE)
+#: The attributes ``new_agent_episode`` sets; if ``SingleAgentEpisode`` changes
+#: them, it uses the constructor instead.
+_SA_SLOTS = frozenset(
+    (
+        "id_ agent_id module_id multi_agent_episode_id observations infos actions rewards "
+        "extra_model_outputs is_terminated is_truncated t_started t _observation_space "
+        "_action_space _last_added_observation _last_added_infos _start_time "
+        "_last_step_time _custom_data"
+    ).split()
+)
+_SA_FAST = frozenset(SingleAgentEpisode.__slots__) == _SA_SLOTS
+
+
+def new_agent_episode(
+    id_: str | None,
+    observation: Any,
+    info: dict,
+    observation_space: Any,
+    action_space: Any,
+    agent_id: Any,
+    module_id: Any,
+    multi_agent_episode_id: str,
+) -> SingleAgentEpisode:
+    """``SingleAgentEpisode(...)`` followed by ``add_env_reset(observation, info)``.
+
+    Why: a multi-agent episode starts one agent episode per agent; the generic
+    constructor (argument checks, ``validate()``) costs several times this direct
+    construction of the same empty, list-based, reset episode.
+    """
+    if not _SA_FAST:
+        sa = SingleAgentEpisode(
+            id_,
+            observation_space=observation_space,
+            action_space=action_space,
+            agent_id=agent_id,
+            module_id=module_id,
+            multi_agent_episode_id=multi_agent_episode_id,
+        )
+        sa.add_env_reset(observation, info)
+        return sa
+    raw = InfiniteLookbackBuffer._raw
+    sa = object.__new__(SingleAgentEpisode)
+    sa.id_ = id_ or uuid.uuid4().hex
+    sa.agent_id = agent_id
+    sa.module_id = module_id
+    sa.multi_agent_episode_id = multi_agent_episode_id
+    obs_struct = (
+        None if observation_space is None else get_base_struct_from_space(observation_space)
+    )
+    act_struct = None if action_space is None else get_base_struct_from_space(action_space)
+    sa.observations = raw([observation], 0, observation_space, obs_struct, False)
+    sa.infos = raw([info], 0, None, None, False)
+    sa.actions = raw([], 0, action_space, act_struct, False)
+    sa.rewards = raw([], 0, REWARD_SPACE, _REWARD_STRUCT, False)
+    sa.extra_model_outputs = {}
+    sa._observation_space = observation_space
+    sa._action_space = action_space
+    sa.is_terminated = sa.is_truncated = False
+    sa.t_started = sa.t = 0
+    sa._last_added_observation = observation
+    sa._last_added_infos = info
+    sa._start_time = time.perf_counter()
+    sa._last_step_time = None
+    sa._custom_data = {}
+    return sa
 
 
 class MultiAgentFastStepMixin:
@@ -37,10 +109,11 @@ class MultiAgentFastStepMixin:
     ) -> bool:
         """Record the step like ``add_env_step`` if it is plain; else change nothing.
 
-        Plain: the episode is ongoing and has no hanging actions or rewards;
-        ``__all__`` is not set; the agents that observe are exactly those that
-        acted and got a reward, each has a (list-based, not done) agent episode;
-        ``terminateds``/``truncateds`` name exactly these agents (plus ``__all__``).
+        Plain: the episode is ongoing and has no hanging actions or rewards; the
+        agents that observe are exactly those that acted and got a reward, each
+        has a (list-based, not done) agent episode; ``terminateds``/``truncateds``
+        name exactly these agents (plus ``__all__``); if ``__all__`` ends the
+        episode, every other agent is done already.
 
         Args:
             observations, actions, rewards, infos, terminateds, truncateds,
@@ -59,10 +132,10 @@ class MultiAgentFastStepMixin:
             or self._hanging_rewards_end
             or self._hanging_rewards_begin
             or self._carried_begin
-            or terminateds.get(_ALL)
-            or truncateds.get(_ALL)
         ):
             return False
+        all_term = bool(terminateds.get(_ALL, False))
+        all_trunc = bool(truncateds.get(_ALL, False))
         keys = observations.keys()
         # Same agents everywhere (C-level key-set comparisons); the flag dicts may
         # also hold "__all__", and name an agent only if it observed.
@@ -89,6 +162,10 @@ class MultiAgentFastStepMixin:
             ):
                 return False
             agents.append(sa)
+        if (all_term or all_trunc) and len(agents) < len(episodes):
+            # The episode ends: an agent that does not observe now must be done already.
+            if not all(sa.is_done for aid, sa in episodes.items() if aid not in keys):
+                return False
 
         env_t = self.env_t = self.env_t + 1
         stepped = self._stepped_cache = []
@@ -96,7 +173,8 @@ class MultiAgentFastStepMixin:
         mappings = self._env_t_to_agent_t
         for (aid, obs), sa in zip(observations.items(), agents):
             act, rew = actions[aid], rewards[aid]
-            term, trunc = bool(terminateds[aid]), bool(truncateds[aid])
+            term = all_term or bool(terminateds[aid])
+            trunc = all_trunc or bool(truncateds[aid])
             info = infos.get(aid)
             if info is None:
                 info = {}
@@ -129,9 +207,10 @@ class MultiAgentFastStepMixin:
             stepped.append(aid)
             if term or trunc:
                 self._done_agent_ids.add(aid)
-        self.is_terminated = self.is_truncated = False
-        if len(self._done_agent_ids) >= len(episodes):  # else _update_all_done is a no-op
-            self._update_all_done()
+        self.is_terminated = all_term
+        self.is_truncated = all_trunc
+        if all_term or all_trunc or len(self._done_agent_ids) >= len(episodes):
+            self._update_all_done()  # (a no-op otherwise)
         self._last_step_time = now
         if self._start_time is None:
             self._start_time = now

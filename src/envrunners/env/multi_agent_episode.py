@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from envrunners.core import DEFAULT_MODULE_ID
 from envrunners.env._multi_agent_episode_access import MultiAgentAccessMixin
-from envrunners.env._multi_agent_episode_fast import MultiAgentFastStepMixin
+from envrunners.env._multi_agent_episode_fast import MultiAgentFastStepMixin, new_agent_episode
 from envrunners.env._multi_agent_episode_index import (
     _M,
     SKIP_ENV_TS_TAG,
@@ -452,15 +452,16 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
 
     def _new_agent(self, aid: Any, obs: Any, info: Any, pos: int) -> None:
         """Start ``aid``'s episode with its first observation at mapping position ``pos``."""
-        sa = SingleAgentEpisode(
+        sa = new_agent_episode(
             self._agent_episode_ids.get(aid),
-            observation_space=space_for(self.observation_space, aid),
-            action_space=space_for(self.action_space, aid),
-            agent_id=aid,
-            module_id=self.module_for(aid),
-            multi_agent_episode_id=self.id_,
+            obs,
+            info if info is not None else {},
+            space_for(self.observation_space, aid),
+            space_for(self.action_space, aid),
+            aid,
+            self.module_for(aid),
+            self.id_,
         )
-        sa.add_env_reset(obs, info if info is not None else {})
         self.agent_episodes[aid] = sa
         self.agent_t_started[aid] = 0
         data: list[Any] = [SKIP_ENV_TS_TAG] * pos
