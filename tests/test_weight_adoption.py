@@ -164,3 +164,40 @@ def test_previous_weights_are_released_across_syncs(big_group):
         _push(big_group, float(seq), seq)
     counts = big_group.foreach_env_runner(plasma_private_mappings, local_env_runner=False)
     assert counts == [1, 1]  # only the weights in use are mapped
+
+
+def test_sync_from_a_ppo_learner_reads_views_once_and_later_training_stays_out(ray_session):
+    from envrunners.algorithms.ppo import PPOConfig
+    from envrunners.algorithms.ppo.ppo_learner import PPOLearner
+
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=2, num_cpus_per_env_runner=0, rollout_fragment_length=32)
+        .training(train_batch_size=64, minibatch_size=32, num_epochs=1, lr=1e-2)
+        .rl_module(model_config={"fcnet_hiddens": HIDDENS})
+        .debugging(seed=0)
+    )
+    group = EnvRunnerGroup(config=config, standby_env_runner=False)
+    try:
+        learner = PPOLearner.from_group(config, group)
+
+        def batch():
+            return group.foreach_env_runner(
+                lambda r: r.sample(num_timesteps=64), local_env_runner=False
+            )[0]
+
+        learner.update(batch())
+        group.sync_weights(
+            from_worker_or_learner_group=learner, inference_only=True, timeout_seconds=None
+        )
+        want = learner.module.get_state(inference_only=True)
+        learner.update(batch())  # trains on: the runners keep what was synced
+        states = group.foreach_env_runner(lambda r: (weights_of(r), r._weights_seq_no))
+        assert len(states) == 3
+        for state, seq in states:
+            assert seq == learner.weights_seq_no - 1
+            for key, value in want.items():
+                np.testing.assert_array_equal(state[key], value)
+    finally:
+        group.stop()
