@@ -171,6 +171,7 @@ class MultiAgentFastStepMixin:
         stepped = self._stepped_cache = []
         pos = self._len_lookback_buffers + env_t - self.env_t_started
         mappings = self._env_t_to_agent_t
+        new_buffer = InfiniteLookbackBuffer._raw
         for (aid, obs), sa in zip(observations.items(), agents):
             act, rew = actions[aid], rewards[aid]
             term = all_term or bool(terminateds[aid])
@@ -189,10 +190,12 @@ class MultiAgentFastStepMixin:
                 bufs = sa.extra_model_outputs
                 for key, value in ext.items() if type(ext) is dict else zip(*ext):
                     buf = bufs.get(key)
-                    if buf is None:
-                        bufs[key] = InfiniteLookbackBuffer([value])
-                    else:
+                    if buf is None:  # = InfiniteLookbackBuffer([value])
+                        bufs[key] = new_buffer([value], 0, None, None, False)
+                    elif buf.finalized:
                         buf.append(value)
+                    else:
+                        buf.data.append(value)
             sa.is_terminated = term
             sa.is_truncated = trunc
             sa._last_added_observation = obs
