@@ -125,9 +125,16 @@ def rows(batch: Any) -> list[Any]:
 
 
 def action_rows(actions: Any) -> list[Any]:
-    """Per-row actions; integer (Discrete) actions as Python ints, which envs check fastest."""
+    """Per-row actions; integer (Discrete) actions as ``np.int64`` scalars.
+
+    Why: gymnasium 1.4's ``Discrete.contains`` (which e.g. CartPole asserts per
+    step) checks numpy integers faster than Python ints; RLlib also hands envs
+    numpy scalars. Always int64, so finalized episodes keep the dtype they had.
+    """
     if isinstance(actions, np.ndarray) and actions.ndim == 1 and actions.dtype.kind in "iu":
-        return actions.tolist()
+        if actions.dtype == np.uint64:  # may not fit int64
+            return actions.tolist()
+        return list(actions.astype(np.int64, copy=False))
     return rows(actions)
 
 
