@@ -3,6 +3,9 @@
 The same MLP as the default module (4 -> 256 -> 256 -> 2, tanh, plus a value
 head), one torch thread. ``naive``: torch.distributions sampling and a Python
 list per step. ``lean``: preallocated buffers and Gumbel-max sampling.
+``env_only``: the vector env stepped with fixed random actions, no policy: what
+the env alone allows (no sampler that runs the policy on the same core can beat
+it, and ``lean`` bounds one that acts with this MLP). At 16 and 128 envs.
 Target-independent (it uses neither library).
 """
 
@@ -29,8 +32,14 @@ def _mlp() -> torch.nn.Module:
     return torch.nn.ModuleDict({"pi": tower(2), "vf": tower(1)})
 
 
-def run(target: str = "envrunners", repeats: int = 5, num_envs: int = 16, timesteps: int = 4000):
-    """Yield the naive and the lean loop's env steps/s."""
+def run(target: str = "envrunners", repeats: int = 5, timesteps: int = 4000):
+    """Yield the loops' env steps/s at 16 and 128 envs."""
+    for num_envs in (16, 128):
+        yield from _run_at(repeats, num_envs, timesteps)
+
+
+def _run_at(repeats: int, num_envs: int, timesteps: int):
+    """The naive, lean and env-only loops at ``num_envs`` sub-envs."""
     torch.set_num_threads(1)
     net = _mlp()
     env = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="sync")
@@ -74,7 +83,13 @@ def run(target: str = "envrunners", repeats: int = 5, num_envs: int = 16, timest
         state["obs"] = obs_buf[steps]
         return steps * num_envs
 
-    for name, fn in (("naive", naive), ("lean", lean)):
+    def env_only() -> int:
+        for t in range(steps):
+            env.step(act_buf[t])
+        return steps * num_envs
+
+    act_buf[:] = np.random.default_rng(0).integers(0, 2, act_buf.shape)
+    for name, fn in (("naive", naive), ("lean", lean), ("env_only", env_only)):
         stats = median_rate(fn, repeats=repeats)
         yield {
             "workload": WORKLOAD,
