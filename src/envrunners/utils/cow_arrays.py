@@ -113,7 +113,7 @@ def _map_group(region: _Region, arrays: list[np.ndarray]) -> list[np.ndarray] | 
     if fd is None:  # stale (the mapping changed since we read it): read it again
         _regions.remove(region)
         fresh = _read_region(lo)
-        if fresh is None:
+        if fresh is None or hi > fresh.end:
             return None
         region = fresh
         file_lo = region.offset + (lo - region.start)
