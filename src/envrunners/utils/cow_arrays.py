@@ -11,7 +11,9 @@ share the physical pages (nothing is copied), and the kernel gives this process
 its own copy of a page on the first write to it, so writes stay private and never
 reach shared memory. Each view keeps the array it came from, and with it Ray's pin
 on the object, alive: the pages cannot be reused while any parameter uses them, and
-they are released once the module drops them (at the next sync).
+they are released once the module drops them (at the next sync). The new mapping's
+pages are faulted in by the first forward pass that reads them (about 2.5 ms per
+40 MB here, against 7 ms for the copy), not during the sync.
 
 Linux only (``/proc/self/maps`` and ``/proc/self/map_files``). Anywhere this does
 not work (another OS, small objects that Ray keeps out of shared memory, an array
