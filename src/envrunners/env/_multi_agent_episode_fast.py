@@ -136,6 +136,13 @@ class MultiAgentFastStepMixin:
             return False
         all_term = bool(terminateds.get(_ALL, False))
         all_trunc = bool(truncateds.get(_ALL, False))
+        if not (
+            isinstance(observations, dict)
+            and isinstance(rewards, dict)
+            and isinstance(terminateds, dict)
+            and isinstance(truncateds, dict)
+        ):
+            return False  # add_env_step raises its own errors for odd types
         keys = observations.keys()
         # Same agents everywhere (C-level key-set comparisons); the flag dicts may
         # also hold "__all__", and name an agent only if it observed.

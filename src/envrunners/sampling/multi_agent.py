@@ -6,7 +6,10 @@ pass; the actions are scattered back into per-sub-env action dicts; the vector
 env steps once; each sub-env's results are recorded in its ``MultiAgentEpisode``
 (which holds actions until the agent's next observation and sums the rewards in
 between), and the observations of agents that act next are grouped by module
-for the next iteration. Work per step is O(agents), never quadratic.
+for the next iteration. Work per step is O(agents), never quadratic. Plain
+simultaneous-move steps take ``MultiAgentEpisode.try_add_plain_env_step`` (direct
+appends, extra model outputs as ``(keys, values)`` pairs); any other step falls
+back to ``add_env_step``.
 
 Semantics follow RLlib's ``MultiAgentEnvRunner``: ``NEXT_STEP`` autoreset (the
 reset step is recorded with ``add_env_reset`` and not counted), finished
