@@ -4,7 +4,8 @@ Runners act once per vector step for all sub-envs, so acting cost is paid
 ``steps / num_envs`` times per sample. ``compute_actions_numpy`` keeps that cost
 near the cost of the matrix products: cached parameter references, no module
 ``__call__`` machinery, numpy's SIMD ``tanh`` on the torch buffers (this torch
-build's CPU ``tanh`` is scalar), Gumbel-max sampling straight from the logits and,
+build's CPU ``tanh`` is scalar), Gumbel-max sampling straight from the logits
+(finished on numpy views for CPU categoricals) and,
 for Gaussians, the log-density from the drawn noise. Randomness comes from torch's
 RNG (global, or the ``generator`` argument), so ``torch.manual_seed`` reproduces it.
 """
@@ -234,6 +235,18 @@ class DefaultTorchRLModule(RLModule):
             h = _run(fast["encoder"], x)
             pi_out = _run(fast["pi"], h)
             kind = fast["kind"]
+            if kind == "categorical" and fast["cpu"] and explore:
+                actions_np, logp_np = _sample_categorical_cpu(pi_out, generator)
+                if actions_np.dtype != fast["action_dtype"]:
+                    actions_np = actions_np.astype(fast["action_dtype"])
+                out = {
+                    Columns.ACTIONS: actions_np,
+                    Columns.ACTION_LOGP: logp_np,
+                    Columns.ACTION_DIST_INPUTS: pi_out.numpy(),
+                }
+                if with_values:
+                    out[Columns.VF_PREDS] = self._fast_values(fast, x, h)
+                return out
             if kind == "categorical":
                 actions, logp = _sample_categorical(pi_out, explore, generator)
                 inputs = pi_out
@@ -255,14 +268,18 @@ class DefaultTorchRLModule(RLModule):
                 Columns.ACTION_DIST_INPUTS: to_numpy(inputs),
             }
             if with_values:
-                if fast["vf"] is None:
-                    self._values(x, h)  # raises the inference-only error
-                hv = h if fast["vf_encoder"] is None else _run(fast["vf_encoder"], x)
-                out[Columns.VF_PREDS] = to_numpy(_run(fast["vf"], hv).reshape(-1))
+                out[Columns.VF_PREDS] = self._fast_values(fast, x, h)
         actions = out[Columns.ACTIONS]
         if actions.dtype != fast["action_dtype"]:
             out[Columns.ACTIONS] = actions.astype(fast["action_dtype"])
         return out
+
+    def _fast_values(self, fast: dict[str, Any], x: torch.Tensor, h: torch.Tensor) -> np.ndarray:
+        """Value predictions on the acting path (inside the caller's inference mode)."""
+        if fast["vf"] is None:
+            self._values(x, h)  # raises the inference-only error
+        hv = h if fast["vf_encoder"] is None else _run(fast["vf_encoder"], x)
+        return fast["to_numpy"](_run(fast["vf"], hv).reshape(-1))
 
     def _sample_gaussian(
         self, pi_out: torch.Tensor, explore: bool, generator: torch.Generator | None
@@ -290,6 +307,29 @@ class DefaultTorchRLModule(RLModule):
 
 def _cpu_numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.cpu().numpy()
+
+
+_ROW_STARTS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _sample_categorical_cpu(
+    logits: torch.Tensor, generator: torch.Generator | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_sample_categorical` (explore) for CPU logits, returning numpy arrays.
+
+    The same torch draws and the same arithmetic, but the steps after the draw run
+    on numpy views of the tensors: on a few dozen logits each numpy call costs a
+    fraction of a torch op's dispatch (about 4 us less per call here).
+    """
+    log_probs = torch.log_softmax(logits, dim=-1).numpy()
+    scores = torch.empty_like(logits).exponential_(generator=generator).numpy()
+    np.log(scores, out=scores)
+    actions = np.subtract(log_probs, scores, out=scores).argmax(-1)
+    rows, width = log_probs.shape
+    starts = _ROW_STARTS.get((rows, width))
+    if starts is None:
+        starts = _ROW_STARTS[(rows, width)] = np.arange(rows) * width
+    return actions, log_probs.reshape(-1)[starts + actions]
 
 
 def _sample_categorical(
