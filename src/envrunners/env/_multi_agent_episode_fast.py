@@ -13,8 +13,8 @@ identical to what ``add_env_step`` records (timestamps aside).
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from typing import Any
 
 from envrunners.env._multi_agent_episode_index import SKIP_ENV_TS_TAG
@@ -68,7 +68,7 @@ def new_agent_episode(
         return sa
     raw = InfiniteLookbackBuffer._raw
     sa = object.__new__(SingleAgentEpisode)
-    sa.id_ = id_ or uuid.uuid4().hex
+    sa.id_ = id_ or os.urandom(16).hex()
     sa.agent_id = agent_id
     sa.module_id = module_id
     sa.multi_agent_episode_id = multi_agent_episode_id

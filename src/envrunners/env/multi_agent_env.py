@@ -261,7 +261,11 @@ def make_multi_agent(env_name_or_creator: str | Callable[[Any], Any]) -> type[Mu
             config = copy.deepcopy(config) if config is not None else {}
             num = int(config.pop("num_agents", 1))
             if isinstance(env_name_or_creator, str):
-                self.envs = [gym.make(env_name_or_creator, **dict(config)) for _ in range(num)]
+                # Like the runners' own env creation: the runner checks the spaces of
+                # the first reset and step itself, gymnasium's checker wrapper would
+                # only add a layer to every step.
+                kwargs = {"disable_env_checker": True, **dict(config)}
+                self.envs = [gym.make(env_name_or_creator, **kwargs) for _ in range(num)]
             else:
                 self.envs = [env_name_or_creator(config) for _ in range(num)]
             self.possible_agents = list(range(num))

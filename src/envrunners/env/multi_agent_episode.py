@@ -26,8 +26,8 @@ recorded data, ``cut``, ``slice``, ``concat_episode``, ``get_state``,
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -112,7 +112,7 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
         """Create an episode chunk, optionally from recorded per-env-step data.
 
         Args:
-            id_: The episode id; a new uuid4 hex if None.
+            id_: The episode id; 32 random hex digits (like uuid4().hex) if None.
             observations: ``T + 1`` dicts ``{agent_id: obs}``, one per env step
                 (lookback included); only the agents that observed appear.
             observation_space: Per-agent observation spaces.
@@ -138,7 +138,7 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
             MultiAgentEnvError: The data is inconsistent (lengths, or an agent
                 acting without observing).
         """
-        self.id_ = id_ or uuid.uuid4().hex
+        self.id_ = id_ or os.urandom(16).hex()
         self.agent_to_module_mapping_fn = agent_to_module_mapping_fn or _default_agent_to_module
         self._agent_to_module_mapping: dict[Any, Any] = dict(agent_module_ids or {})
         self.observation_space = observation_space or {}
