@@ -83,7 +83,7 @@ def run(target: str, repeats: int = 5, sizes=tuple(SIZES)):
         def put_get(weights=weights) -> None:
             ray.get(ray.put(weights))
 
-        sync_s, base_s = _measure_pair(sync, put_get, max(repeats, 5))
+        sync_s, base_s = _measure_pair(sync, put_get, max(3 * repeats, 15))
         group.stop()
         sync_ms = 1000 * statistics.median(sync_s)
         base_ms = 1000 * statistics.median(base_s)
