@@ -283,6 +283,7 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
                     num_episodes=num_episodes,
                     count_agent_steps=self.config.count_steps_by == "agent_steps",
                     t_offset=t_offset,
+                    defer_extras=bool(self.config.episodes_to_numpy),
                 )
         except BaseException:
             sampler.started = False  # the episodes in flight are inconsistent: reset next time

@@ -468,9 +468,9 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
         data.append(0)
         if self._stepped_cache is not None:
             self._stepped_cache.append(aid)
-        self._env_t_to_agent_t[aid] = InfiniteLookbackBuffer(
-            data=data, lookback=self._len_lookback_buffers
-        )
+        # = InfiniteLookbackBuffer(data=data, lookback=...), minus its checks
+        lookback = min(int(self._len_lookback_buffers), len(data))
+        self._env_t_to_agent_t[aid] = InfiniteLookbackBuffer._raw(data, lookback, None, None, False)
 
     def _complete(
         self,

@@ -139,7 +139,10 @@ def action_rows(actions: Any) -> list[Any]:
 
 
 def _chunk_return(sa: Any) -> float:
-    rewards = sa.rewards.get()
+    buf = sa.rewards
+    if type(buf.data) is list:  # = buf.get() on a list buffer, without the slice machinery
+        return float(sum(buf.data[buf.lookback :]))
+    rewards = buf.get()
     if isinstance(rewards, np.ndarray):
         return float(rewards.sum())
     return float(sum(rewards))

@@ -28,6 +28,7 @@ from typing import Any
 
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import MultiAgentEnvError
+from envrunners.sampling._multi_agent_extras import ExtrasTape, flush_agent_rows
 from envrunners.sampling._multi_agent_parts import (
     CheckedMappingFn,
     EpisodeTotals,
@@ -134,6 +135,10 @@ class MultiAgentSampler:
         self._to_module: dict[str, tuple[Any, list[tuple[int, Any]]]] = {}
         self._totals: dict[str, EpisodeTotals] = {}
         self._prev_chunks: dict[str, list[MultiAgentEpisode]] = defaultdict(list)
+        #: While a run defers extra outputs: per module, its tape (else None) ...
+        self._tapes: dict[Any, ExtrasTape] | None = None
+        #: ... and per sub-env, ``{agent_id: [tape row per step not yet recorded]}``.
+        self._tape_rows: list[dict] = []
         self.started = False
 
     # -- episodes -----------------------------------------------------------------
@@ -145,6 +150,7 @@ class MultiAgentSampler:
         self._prev_chunks.clear()
         n = self.num_envs
         self._modmaps = [{} for _ in range(n)]
+        self._tape_rows = [{} for _ in range(n)]
         self._start_times = [time.time()] * n
         self.episodes = [self.new_episode(i) for i in range(n)]
         self._pending = [True] * n
@@ -198,10 +204,14 @@ class MultiAgentSampler:
         num_episodes: int | None = None,
         count_agent_steps: bool = False,
         t_offset: int = 0,
+        defer_extras: bool = False,
     ) -> MultiAgentSampleResult:
         """Sample ``num_timesteps`` (env or agent) steps or ``num_episodes`` whole episodes.
 
         ``act_fn`` None means random actions from the agents' action spaces.
+        ``defer_extras``: the caller numpy's the returned episodes (``to_numpy``), so
+        extra model outputs may go through per-module tapes (see
+        ``envrunners.sampling._multi_agent_extras``) when no episode callbacks listen.
         """
         if not self.started:
             raise RuntimeError("MultiAgentSampler.run() called before start()")
@@ -212,6 +222,10 @@ class MultiAgentSampler:
         seq = self.weights_seq_no
         env_ts = agent_ts = 0
         action_fns = self.action_fns
+        tapes = self._tapes = (
+            {} if defer_extras and act_fn is not None and not self.events else None
+        )
+        self._tape_rows = [{} for _ in range(n)]
         while (
             (len(res.done) < target)
             if episode_mode
@@ -237,9 +251,25 @@ class MultiAgentSampler:
                         e_rows = rows(fn(acts))
                         for k, (i, aid) in enumerate(idx):
                             env_actions[i][aid] = e_rows[k]
+                    n_rows = len(idx)
+                    if tapes is not None:
+                        tape = tapes.get(mid)
+                        if ExtrasTape.fits_plain(out, n_rows) and (
+                            tape is None and len(out) or tape is not None and tape.fits(out)
+                        ):
+                            if tape is None:
+                                tape = tapes[mid] = ExtrasTape(out)
+                            g = tape.write(out, n_rows)
+                            for (i, aid), a in zip(idx, a_rows):
+                                actions[i][aid] = a
+                                extras[i][aid] = g
+                                g += 1
+                            continue
+                        self._stop_deferring(extras)
+                        tapes = None
                     keys = (*out, "weights_seq_no")
                     cols = [rows(v) for v in out.values()]
-                    cols.append([seq] * len(idx))
+                    cols.append([seq] * n_rows)
                     # (keys, values) pairs, not dicts: see MultiAgentEpisode.try_add_plain_env_step
                     for (i, aid), a, ex in zip(idx, a_rows, zip(repeat(keys), zip(*cols))):
                         actions[i][aid] = a
@@ -278,9 +308,35 @@ class MultiAgentSampler:
             env_ts += d_env
             agent_ts += d_agent
         res.env_steps, res.agent_steps = env_ts, agent_ts
+        if self._tapes is not None:
+            self._stop_deferring(None)
         if not episode_mode:
             self._cut_ongoing(res)
         return res
+
+    def _flush_tape_rows(self, i: int) -> None:
+        """Record sub-env ``i``'s deferred extra outputs in its episode (see ``run``)."""
+        pending = self._tape_rows[i]
+        if pending:
+            flush_agent_rows(
+                self.episodes[i], pending, self._modmaps[i], self._tapes, self.weights_seq_no
+            )
+
+    def _stop_deferring(self, extras: list[dict] | None) -> None:
+        """Flush every deferred row; turn this step's tape rows into extra-output dicts."""
+        tapes = self._tapes
+        if tapes is None:
+            return
+        for i in range(self.num_envs):
+            self._flush_tape_rows(i)
+        if extras is not None:
+            seq = self.weights_seq_no
+            for i, ext_i in enumerate(extras):
+                mm = self._modmaps[i]
+                for aid, g in ext_i.items():
+                    if type(g) is int:
+                        ext_i[aid] = _pairs(tapes[mm[aid]].row(g, seq))
+        self._tapes = None
 
     def _ingest(
         self,
@@ -300,6 +356,7 @@ class MultiAgentSampler:
         events = self.events
         env_steps = agent_steps = 0
         now = time.perf_counter()
+        deferring = self._tapes is not None
         for i in range(self.num_envs):
             obs_i = obs_l[i]
             ep = self.episodes[i]
@@ -315,10 +372,30 @@ class MultiAgentSampler:
                             "terminateds['__all__'] (True once the whole episode ended)."
                         )
                     act_i, rew_i, ext_i = actions[i], rew_l[i], extras[i]  # type: ignore[index]
-                    if not ep.try_add_plain_env_step(
-                        obs_i, act_i, rew_i, info_l[i] or {}, term_i, trunc_i, ext_i, now
-                    ):
-                        ext_i = {aid: dict(zip(*kv)) for aid, kv in ext_i.items()}
+                    info_i = info_l[i] or {}
+                    if deferring:
+                        recorded = ep.try_add_plain_env_step(
+                            obs_i, act_i, rew_i, info_i, term_i, trunc_i, _NO_FLAGS, now
+                        )
+                        if recorded:
+                            pending = self._tape_rows[i]
+                            for aid, g in ext_i.items():
+                                rows_a = pending.get(aid)
+                                if rows_a is None:
+                                    pending[aid] = [g]
+                                else:
+                                    rows_a.append(g)
+                        else:  # an irregular step: record the deferred rows first
+                            self._flush_tape_rows(i)
+                            tapes, seq = self._tapes, self.weights_seq_no
+                            ext_i = {aid: tapes[mm[aid]].row(g, seq) for aid, g in ext_i.items()}
+                    else:
+                        recorded = ep.try_add_plain_env_step(
+                            obs_i, act_i, rew_i, info_i, term_i, trunc_i, ext_i, now
+                        )
+                        if not recorded:
+                            ext_i = {aid: dict(zip(*kv)) for aid, kv in ext_i.items()}
+                    if not recorded:
                         ep.add_env_step(
                             obs_i,
                             act_i,
@@ -393,12 +470,15 @@ class MultiAgentSampler:
             lost_agent += episode.agent_steps()
             self._totals.pop(episode.id_, None)
             self._prev_chunks.pop(episode.id_, None)
+            self._tape_rows[i] = {}
             self.episodes[i] = self.new_episode(i)
             self._pending[i] = True
             self._modmaps[i] = {}
         return lost_env, lost_agent
 
     def _finish(self, i: int, episode: MultiAgentEpisode, res: MultiAgentSampleResult) -> None:
+        if self._tape_rows[i]:
+            self._flush_tape_rows(i)
         totals = self._totals.pop(episode.id_, None) or EpisodeTotals()
         totals.add(episode)
         res.episode_stats.append(totals.stats(time.time() - self._start_times[i]))
@@ -425,3 +505,8 @@ class MultiAgentSampler:
             res.ongoing.append(episode)
             res.ongoing_env_index.append(i)
             self.episodes[i] = successor
+
+
+def _pairs(ext: dict) -> tuple[tuple, tuple]:
+    """An extra-outputs dict as the ``(keys, values)`` pair the per-step path passes."""
+    return tuple(ext), tuple(ext.values())

@@ -40,6 +40,10 @@ __all__ = ["InfiniteLookbackBuffer"]
 Indices = int | list[int] | slice | None
 
 
+#: Item types that ``finalize`` batches with ``np.asarray`` directly (no struct checks).
+_PLAIN_SCALARS = frozenset((float, int, np.float32, np.float64, np.int64, np.int32))
+
+
 class InfiniteLookbackBuffer:
     """A sequence of per-step items whose first ``lookback`` items are history.
 
@@ -153,7 +157,14 @@ class InfiniteLookbackBuffer:
         """Turn the list of items into batch-first numpy data (no-op if already done)."""
         if self.finalized:
             return
-        self.data = self._batch(self.data)
+        data = self.data
+        first = data[0] if data else None
+        if type(first) in _PLAIN_SCALARS:
+            # = batch(data) for plain leaves (rewards, int actions, 1-D extra outputs),
+            # minus its dispatch: episodes finalize several short columns each.
+            self.data = np.asarray(data)
+        else:
+            self.data = self._batch(data)
         self.finalized = True
 
     def _batch(self, items: list[Any]) -> Any:
