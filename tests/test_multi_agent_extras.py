@@ -222,15 +222,22 @@ def test_tape_is_used_by_default_and_not_with_episode_callbacks_or_lists():
 
 def test_extras_tape_grows_without_touching_written_rows():
     out = {"x": np.arange(200, dtype=np.float32), "y": np.ones((200, 2))}
-    tape = ExtrasTape(out)
-    assert ExtrasTape.fits_plain(out, 200) and tape.fits(out)
-    assert not ExtrasTape.fits_plain(out, 199)
-    assert not ExtrasTape.fits_plain({"weights_seq_no": out["x"]}, 200)
-    assert not tape.fits({"x": out["x"].astype(np.float64), "y": out["y"]})
-    assert not tape.fits({"y": out["y"], "x": out["x"]})
-    assert tape.write(out, 200) == 0
+    tape = ExtrasTape.create(out, 200)
+    assert tape is not None
+    assert ExtrasTape.create(out, 199) is None
+    assert ExtrasTape.create({}, 200) is None
+    assert ExtrasTape.create({"weights_seq_no": out["x"]}, 200) is None
+    assert ExtrasTape.create({"o": np.array([None] * 200)}, 200) is None
+    assert ExtrasTape.create({"s": np.float32(1.0)}, 200) is None
+    assert tape.try_write({"x": out["x"].astype(np.float64), "y": out["y"]}, 200) is None
+    assert tape.try_write({"y": out["y"], "x": out["x"]}, 200) is None
+    assert tape.try_write({"x": out["x"], "y": np.ones((200, 3))}, 200) is None
+    assert tape.try_write({"x": out["x"]}, 200) is None
+    assert tape.try_write({"x": out["x"], "y": [[1.0, 1.0]] * 200}, 200) is None
+    assert tape.n == 0
+    assert tape.try_write(out, 200) == 0
     view = tape.row(3, 7)
-    assert tape.write(out, 200) == 200  # grows past the first capacity
+    assert tape.try_write(out, 200) == 200  # grows past the first capacity
     assert tape.n == 400 and len(tape.cols["x"]) >= 400
     np.testing.assert_array_equal(tape.cols["x"][:400], np.tile(out["x"], 2))
     assert view["x"] == 3 and view["weights_seq_no"] == 7

@@ -13,10 +13,10 @@ identical to what ``add_env_step`` records (timestamps aside).
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
+from envrunners.env._episode_ids import new_episode_id
 from envrunners.env._multi_agent_episode_index import SKIP_ENV_TS_TAG
 from envrunners.env.single_agent_episode import REWARD_SPACE, SingleAgentEpisode
 from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
@@ -68,7 +68,7 @@ def new_agent_episode(
         return sa
     raw = InfiniteLookbackBuffer._raw
     sa = object.__new__(SingleAgentEpisode)
-    sa.id_ = id_ or os.urandom(16).hex()
+    sa.id_ = id_ or new_episode_id()
     sa.agent_id = agent_id
     sa.module_id = module_id
     sa.multi_agent_episode_id = multi_agent_episode_id

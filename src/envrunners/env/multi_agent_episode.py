@@ -26,13 +26,13 @@ recorded data, ``cut``, ``slice``, ``concat_episode``, ``get_state``,
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from envrunners.core import DEFAULT_MODULE_ID
+from envrunners.env._episode_ids import new_episode_id
 from envrunners.env._multi_agent_episode_access import MultiAgentAccessMixin
 from envrunners.env._multi_agent_episode_fast import MultiAgentFastStepMixin, new_agent_episode
 from envrunners.env._multi_agent_episode_index import (
@@ -138,7 +138,7 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
             MultiAgentEnvError: The data is inconsistent (lengths, or an agent
                 acting without observing).
         """
-        self.id_ = id_ or os.urandom(16).hex()
+        self.id_ = id_ or new_episode_id()
         self.agent_to_module_mapping_fn = agent_to_module_mapping_fn or _default_agent_to_module
         self._agent_to_module_mapping: dict[Any, Any] = dict(agent_module_ids or {})
         self.observation_space = observation_space or {}

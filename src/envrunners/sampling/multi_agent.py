@@ -254,12 +254,12 @@ class MultiAgentSampler:
                     n_rows = len(idx)
                     if tapes is not None:
                         tape = tapes.get(mid)
-                        if ExtrasTape.fits_plain(out, n_rows) and (
-                            tape is None and len(out) or tape is not None and tape.fits(out)
-                        ):
-                            if tape is None:
-                                tape = tapes[mid] = ExtrasTape(out)
-                            g = tape.write(out, n_rows)
+                        if tape is None:
+                            tape = ExtrasTape.create(out, n_rows)
+                            if tape is not None:
+                                tapes[mid] = tape
+                        g = None if tape is None else tape.try_write(out, n_rows)
+                        if g is not None:
                             for (i, aid), a in zip(idx, a_rows):
                                 actions[i][aid] = a
                                 extras[i][aid] = g
