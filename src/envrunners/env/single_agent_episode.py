@@ -57,10 +57,10 @@ def _buffer(data: Any, lookback: int, space: gym.Space | None) -> InfiniteLookba
     return InfiniteLookbackBuffer(data=data, lookback=lookback, space=space)
 
 
-
 def _col_len(column: Any) -> int:
     """Rows of a column: ``len`` for a plain array, the first leaf's for a struct."""
     return len(column) if type(column) is np.ndarray else leaf_len(column)
+
 
 class SingleAgentEpisode(EpisodeOpsMixin):
     """A chunk of one agent's episode, with lookback history.
