@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.structs import same_tree
 
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import MultiAgentEnvError
@@ -29,16 +30,6 @@ def _state(ep: MultiAgentEpisode) -> dict:
     state["done_agent_ids"] = sorted(ep._done_agent_ids)
     state["stepped"] = sorted(ep.get_agents_that_stepped())
     return state
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
-    if isinstance(a, np.ndarray):
-        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
-    return type(a) is type(b) and a == b
 
 
 def _sub(draw, pool, p_all):
@@ -104,7 +95,7 @@ def test_fast_path_matches_add_env_step(schedule):
             except MultiAgentEnvError as err:
                 errors.append(str(err))
         assert errors[0] == errors[1]
-        assert _same(_state(slow), _state(fast))
+        assert same_tree(_state(slow), _state(fast))
         if slow.is_done:
             break
 

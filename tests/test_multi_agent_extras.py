@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.envs.multi_agent import ScheduleEnv, make_schedule
+from tests.structs import same_tree
 
 from envrunners.algorithms.ppo import PPOConfig
 from envrunners.env.multi_agent_env import make_multi_agent
@@ -61,21 +62,6 @@ def _state(ep) -> dict:
     return state
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
-    if isinstance(a, np.ndarray):
-        return (
-            isinstance(b, np.ndarray)
-            and a.dtype == b.dtype
-            and a.shape == b.shape
-            and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
-        )
-    return type(a) is type(b) and a == b
-
-
 def _sample_all(config, calls, defer: bool, monkeypatch, tweak=None):
     """Run ``calls`` (kwargs of ``sample``) on a fresh runner; the states and metrics."""
     run = ma_sampling.MultiAgentSampler.run
@@ -108,7 +94,7 @@ def _check_same(config, calls, monkeypatch, tweak=None):
     assert on[1] == off[1]
     assert len(on[0]) == len(off[0])
     for a, b in zip(on[0], off[0]):
-        assert _same(a, b)
+        assert same_tree(a, b)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
