@@ -157,7 +157,14 @@ def test_ctrl_c_with_embedded_ray_keeps_checkpoint_and_stops_everything(tmp_path
         spawned = _marked_processes(marker)
         assert any("raylet" in p for p in spawned), spawned  # Ray was started by the command
         os.killpg(proc.pid, signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # show where it hangs: the CLI dumps on SIGUSR1
+            os.kill(proc.pid, signal.SIGUSR1)
+            time.sleep(2)
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            raise AssertionError(f"no exit 60 s after Ctrl-C; stderr:\n{stderr[-6000:]}") from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

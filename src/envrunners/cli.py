@@ -82,6 +82,18 @@ def _one_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
+def _stack_dumps_on_sigusr1() -> None:
+    """``kill -USR1 <pid>`` prints every thread's stack to stderr (for a hung run)."""
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1"):
+        try:
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
+        except (RuntimeError, ValueError, OSError):  # no usable stderr: no dumps
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
@@ -92,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     if not debug:
         _quiet_warnings()
+    _stack_dumps_on_sigusr1()
     path = getattr(args, "path", None)  # offline commands take one or more paths
     if args.command == "offline" and isinstance(path, list) and len(path) == 1:
         args.path = path[0]
