@@ -364,3 +364,40 @@ def test_help_lists_the_commands(capsys):
     assert code == 0
     for command in ("train", "sample", "bench", "offline"):
         assert command in out
+
+
+_WATCHDOG_SCRIPT = """
+import os, signal, sys, threading, time
+from envrunners._cli.interrupt_watchdog import InterruptWatchdog
+stuck = sys.argv[1] == "stuck"
+with InterruptWatchdog(lambda: print("forced", flush=True), exit_code=130, grace_s=0.5):
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        time.sleep(30)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    while stuck:  # a shutdown that never finishes
+        try:
+            time.sleep(30)
+        except KeyboardInterrupt:
+            pass
+time.sleep(1.0)  # longer than the grace, after the block: disarmed, not forced
+print("clean exit", flush=True)
+"""
+
+
+@pytest.mark.parametrize("stuck", [True, False])
+def test_interrupt_watchdog_forces_exit_only_when_shutdown_hangs(stuck):
+    """Ctrl-C + a shutdown stuck past the grace period -> forced exit 130; else untouched."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", _WATCHDOG_SCRIPT, "stuck" if stuck else "ok"],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    )  # fmt: skip
+    assert "interrupted" in proc.stdout
+    if stuck:
+        assert proc.returncode == 130 and "forced" in proc.stdout, proc.stderr
+        assert time.monotonic() - start < 20
+    else:
+        assert proc.returncode == 0 and "forced" not in proc.stdout, proc.stderr
+        assert "clean exit" in proc.stdout
