@@ -249,10 +249,10 @@ class Trainer:
 
     # -- report ------------------------------------------------------------------------
     def _force_exit(self) -> None:
-        """Ctrl-C has not stopped the run in time: report, stop the embedded Ray (watchdog)."""
+        """Ctrl-C has not stopped the run in time (blocked in Ray): report and stop Ray."""
         sys.stderr.write(
-            f"envrunners train: still stopping {FORCE_EXIT_S:.0f} s after Ctrl-C (the shutdown "
-            "is blocked, e.g. in a Ray call); exiting now.\n"
+            f"envrunners train: still stopping {FORCE_EXIT_S:.0f} s after Ctrl-C (blocked in "
+            "a Ray call); exiting now.\n"
         )
         from envrunners._cli.plots import plot_learning_curve
 
