@@ -14,7 +14,6 @@ import contextlib
 import datetime as _dt
 import math
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from envrunners._cli import common
-from envrunners._cli.interrupt_watchdog import FORCE_EXIT_S, InterruptWatchdog, kill_embedded_ray
 from envrunners._cli.train import (
     CHECKPOINT_DIR,
     CHECKPOINT_FORMAT,
@@ -83,9 +81,8 @@ class Trainer:
         progress = make_progress(
             f"{run['env']} {run['algo']}", run["stop_timesteps"], initial=self.env_steps, live=live
         )
-        watchdog = InterruptWatchdog(self._force_exit, common.EXIT_INTERRUPTED)
         try:
-            with watchdog, _ray_if_needed(run, self.debug), progress:
+            with _ray_if_needed(run, self.debug), progress:
                 self.progress = progress
                 self._loop()
         except KeyboardInterrupt:
@@ -248,28 +245,6 @@ class Trainer:
         save_state(self.out / CHECKPOINT_DIR, state, metadata)
 
     # -- report ------------------------------------------------------------------------
-    def _force_exit(self) -> None:
-        """Ctrl-C has not stopped the run in time (blocked in Ray): report and stop Ray."""
-        sys.stderr.write(
-            f"envrunners train: still stopping {FORCE_EXIT_S:.0f} s after Ctrl-C (blocked in "
-            "a Ray call); exiting now.\n"
-        )
-        from envrunners._cli.plots import plot_learning_curve
-
-        png = None
-        try:
-            self.csv.close()
-            png = plot_learning_curve(
-                self.out / "metrics.csv",
-                self.out / "learning_curve.png",
-                title=f"{self.run['algo'].upper()} on {self.run['env']}",
-                target=self.run["stop_reward"],
-            )
-        except Exception:  # the checkpoint and CSV rows on disk are what matters
-            pass
-        self._summary(True, png)
-        kill_embedded_ray()
-
     def _summary(self, interrupted: bool, png: Path | None) -> None:
         mean = self._mean_return()
         shown = "-" if math.isnan(mean) else f"{mean:.1f}"
