@@ -134,6 +134,15 @@ def _marked_processes(marker: str) -> list[str]:
     return found
 
 
+def _default_sigint() -> None:
+    """In the child: SIGINT back to its default, so Python turns it into KeyboardInterrupt.
+
+    Why: a test run started in the background (``nohup ... &``) inherits an ignored
+    SIGINT, and a process that starts with SIGINT ignored keeps ignoring it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_with_embedded_ray_keeps_checkpoint_and_stops_everything(tmp_path):
     """Remote runners on the embedded Ray; Ctrl-C (SIGINT to the process group)."""
     out = tmp_path / "run"
@@ -146,6 +155,7 @@ def test_ctrl_c_with_embedded_ray_keeps_checkpoint_and_stops_everything(tmp_path
          "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         env=_env(ENVRUNNERS_TEST_MARKER=marker), start_new_session=True,
+        preexec_fn=_default_sigint,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 90
