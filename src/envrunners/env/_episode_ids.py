@@ -1,7 +1,7 @@
 """Random episode ids (32 hex digits, like ``uuid4().hex``), drawn in bulk.
 
-Why: the multi-agent sampler starts one episode per agent per env episode; one
-``os.urandom`` system call per id showed up in its profile. The ids are the same
+Why: the samplers start many episodes (the multi-agent one, one per agent per
+env episode); one ``os.urandom`` system call per id showed up in its profile. The ids are the same
 kind (128 random bits as hex); a forked child starts with an empty pool, so it
 never hands out ids its parent also holds.
 """

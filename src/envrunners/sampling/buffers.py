@@ -66,9 +66,3 @@ class ColumnBuffer:
         if isinstance(self.data, np.ndarray):
             return self.data[row]
         return tree_map(lambda buf: buf[row], self.data)
-
-    def env_slice(self, start: int, stop: int, env: int) -> Any:
-        """A copy of rows ``[start, stop)`` of sub-env ``env`` (contiguous, batch-first)."""
-        if isinstance(self.data, np.ndarray):
-            return self.data[start:stop, env].copy()
-        return tree_map(lambda buf: buf[start:stop, env].copy(), self.data)

@@ -13,7 +13,6 @@ The same loop serves ``SingleAgentEnvRunner`` and the old-stack ``RolloutWorker`
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envrunners.env._episode_ids import new_episode_id
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.sampling.buffers import ColumnBuffer, tree_map
 
@@ -74,8 +74,7 @@ class _EpisodeState:
 
 
 def _new_episode_state() -> _EpisodeState:
-    # 32 random hex digits, like ``uuid.uuid4().hex`` at a third of the cost.
-    return _EpisodeState(id_=os.urandom(16).hex(), start_time=time.time())
+    return _EpisodeState(id_=new_episode_id(), start_time=time.time())
 
 
 class SingleAgentSampler:
@@ -507,14 +506,8 @@ def _to_env_major(data: Any, rows: int) -> Any:
     return tree_map(lambda a: np.swapaxes(a[:rows], 0, 1).copy(), data)
 
 
-def _env_rows(block: Any, env: int, start: int, stop: int) -> Any:
-    if isinstance(block, np.ndarray):
-        return block[env, start:stop]
-    return tree_map(lambda a: a[env, start:stop], block)
-
-
 def _slicer(block: Any) -> Callable[[int, int, int], Any]:
-    """``f(env, start, stop)`` -> the view of those rows of ``block``."""
+    """``f(env, start, stop)`` -> the view of those rows of ``block`` (or of each leaf)."""
     if isinstance(block, np.ndarray):
         return lambda env, start, stop: block[env, start:stop]
-    return lambda env, start, stop: _env_rows(block, env, start, stop)
+    return lambda env, start, stop: tree_map(lambda a: a[env, start:stop], block)
