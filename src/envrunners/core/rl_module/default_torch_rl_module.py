@@ -235,20 +235,11 @@ class DefaultTorchRLModule(RLModule):
             h = _run(fast["encoder"], x)
             pi_out = _run(fast["pi"], h)
             kind = fast["kind"]
-            if kind == "categorical" and fast["cpu"] and explore:
-                actions_np, logp_np = _sample_categorical_cpu(pi_out, generator)
-                if actions_np.dtype != fast["action_dtype"]:
-                    actions_np = actions_np.astype(fast["action_dtype"])
-                out = {
-                    Columns.ACTIONS: actions_np,
-                    Columns.ACTION_LOGP: logp_np,
-                    Columns.ACTION_DIST_INPUTS: pi_out.numpy(),
-                }
-                if with_values:
-                    out[Columns.VF_PREDS] = self._fast_values(fast, x, h)
-                return out
             if kind == "categorical":
-                actions, logp = _sample_categorical(pi_out, explore, generator)
+                if fast["cpu"] and explore:  # numpy results (see the function)
+                    actions, logp = _sample_categorical_cpu(pi_out, generator)
+                else:
+                    actions, logp = _sample_categorical(pi_out, explore, generator)
                 inputs = pi_out
             elif kind == "gaussian":
                 actions, logp, inputs = self._sample_gaussian(pi_out, explore, generator)
@@ -261,25 +252,21 @@ class DefaultTorchRLModule(RLModule):
                 logp = None if not explore else sum(lp for _, lp in parts)
                 inputs = pi_out
             out = {
-                Columns.ACTIONS: to_numpy(actions),
+                Columns.ACTIONS: _as_numpy(actions, to_numpy),
                 Columns.ACTION_LOGP: np.zeros(len(obs), np.float32)
                 if logp is None
-                else to_numpy(logp),
+                else _as_numpy(logp, to_numpy),
                 Columns.ACTION_DIST_INPUTS: to_numpy(inputs),
             }
             if with_values:
-                out[Columns.VF_PREDS] = self._fast_values(fast, x, h)
+                if fast["vf"] is None:
+                    self._values(x, h)  # raises the inference-only error
+                hv = h if fast["vf_encoder"] is None else _run(fast["vf_encoder"], x)
+                out[Columns.VF_PREDS] = to_numpy(_run(fast["vf"], hv).reshape(-1))
         actions = out[Columns.ACTIONS]
         if actions.dtype != fast["action_dtype"]:
             out[Columns.ACTIONS] = actions.astype(fast["action_dtype"])
         return out
-
-    def _fast_values(self, fast: dict[str, Any], x: torch.Tensor, h: torch.Tensor) -> np.ndarray:
-        """Value predictions on the acting path (inside the caller's inference mode)."""
-        if fast["vf"] is None:
-            self._values(x, h)  # raises the inference-only error
-        hv = h if fast["vf_encoder"] is None else _run(fast["vf_encoder"], x)
-        return fast["to_numpy"](_run(fast["vf"], hv).reshape(-1))
 
     def _sample_gaussian(
         self, pi_out: torch.Tensor, explore: bool, generator: torch.Generator | None
@@ -307,6 +294,11 @@ class DefaultTorchRLModule(RLModule):
 
 def _cpu_numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.cpu().numpy()
+
+
+def _as_numpy(value: Any, to_numpy: Any) -> np.ndarray:
+    """``value`` as numpy: already one, or a tensor through ``to_numpy``."""
+    return value if type(value) is np.ndarray else to_numpy(value)
 
 
 _ROW_STARTS: dict[tuple[int, int], np.ndarray] = {}
