@@ -155,7 +155,8 @@ def test_fast_path_is_reproducible_with_seed_and_generator():
 
 
 def test_fast_path_runs_under_inference_mode(monkeypatch):
-    module, seen = _module(), []
+    # One-hot (Discrete) observations take the torch layers, not the numpy forward.
+    module, seen = _module(obs="discrete"), []
     real_linear = torch.nn.functional.linear
 
     def spy(*args, **kwargs):
@@ -163,10 +164,86 @@ def test_fast_path_runs_under_inference_mode(monkeypatch):
         return real_linear(*args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "linear", spy)
-    out = module.compute_actions_numpy(_obs("box", 4), explore=True)
+    out = module.compute_actions_numpy(_obs("discrete", 4), explore=True)
     assert seen and all(seen)
     assert all(isinstance(v, np.ndarray) for v in out.values())
     assert all(p.grad is None for p in module.parameters())
+
+
+def _torch_path(module, batch, **kwargs):
+    """``compute_actions_numpy`` with the numpy forward switched off (the torch layers)."""
+    fast = module._fast or module._fast_plan()
+    saved, fast["numpy"] = fast["numpy"], None
+    try:
+        return module.compute_actions_numpy(batch, **kwargs)
+    finally:
+        fast["numpy"] = saved
+
+
+@pytest.mark.parametrize("act", sorted(ACT_SPACES))
+@pytest.mark.parametrize("activation", ["tanh", "relu", "linear"])
+def test_numpy_forward_equals_the_torch_layers(act, activation):
+    module = _module("box2d", act, model_config={**SMALL, "fcnet_activation": activation})
+    assert module._fast_plan()["numpy"] is not None
+    batch = _obs("box2d", 9)
+    torch.manual_seed(3)
+    fast = module.compute_actions_numpy(batch, explore=True, with_values=True)
+    torch.manual_seed(3)
+    ref = _torch_path(module, batch, explore=True, with_values=True)
+    np.testing.assert_array_equal(fast[Columns.ACTIONS].shape, ref[Columns.ACTIONS].shape)
+    for key in ref:
+        np.testing.assert_allclose(fast[key], ref[key], atol=1e-5, err_msg=key)
+
+
+def test_numpy_forward_only_where_numpy_can_run_it():
+    assert _module(model_config={**SMALL, "fcnet_activation": "elu"})._fast_plan()["numpy"] is None
+    assert _module(obs="discrete")._fast_plan()["numpy"] is None  # one-hot input: torch
+    double = _module().double()
+    assert double._fast_plan()["numpy"] is None
+    shared = _module(model_config={**SMALL, "vf_share_layers": True})
+    assert shared._fast_plan()["numpy"].vf_encoder is None
+    infer = _module(inference_only=True)
+    assert infer._fast_plan()["numpy"].vf is None
+    with pytest.raises(RuntimeError, match="inference_only"):
+        infer.compute_actions_numpy(_obs("box", 2), explore=False, with_values=True)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["optimizer", "data_copy", "numpy_write", "replace_storage", "load_state_dict", "set_state"],
+)
+def test_numpy_forward_sees_every_kind_of_weight_change(change):
+    """The numpy forward reads the parameters' own storage: no stale copies."""
+    module, batch = _module(), _obs("box", 6)
+    module.compute_actions_numpy(batch, explore=False)  # builds the views
+    donor = _module()
+    with torch.no_grad():
+        for p in donor.parameters():
+            p.add_(torch.randn_like(p))
+    target = dict(module.named_parameters())
+    if change == "optimizer":
+        opt = torch.optim.SGD(module.parameters(), lr=0.5)
+        for p, d in zip(module.parameters(), donor.parameters()):
+            p.grad = p.detach() - d.detach()  # one step of lr 1 lands on the donor ...
+        opt.param_groups[0]["lr"] = 1.0
+        opt.step()
+    elif change == "data_copy":
+        for name, d in donor.named_parameters():
+            target[name].data.copy_(d.data)  # no version bump
+    elif change == "numpy_write":
+        for name, d in donor.named_parameters():
+            target[name].detach().numpy()[...] = d.detach().numpy()
+    elif change == "replace_storage":
+        for name, d in donor.named_parameters():
+            target[name].data = d.detach().clone()
+    elif change == "load_state_dict":
+        module.load_state_dict(donor.state_dict())
+    else:
+        module.set_state(donor.get_state())
+    got = module.compute_actions_numpy(batch, explore=False, with_values=True)
+    want = _torch_path(donor, batch, explore=False, with_values=True)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], atol=1e-5, err_msg=key)
 
 
 def test_fast_path_outputs_are_fresh_arrays():
@@ -215,7 +292,9 @@ def test_model_config_options():
     out = relu.compute_actions_numpy(_obs("box", 2), explore=True)
     with torch.no_grad():
         ref = relu.forward_inference({Columns.OBS: torch.from_numpy(_obs("box", 2))})
-    np.testing.assert_allclose(out[Columns.ACTION_DIST_INPUTS], ref[Columns.ACTION_DIST_INPUTS])
+    np.testing.assert_allclose(
+        out[Columns.ACTION_DIST_INPUTS], ref[Columns.ACTION_DIST_INPUTS], atol=1e-6
+    )
     default = DefaultTorchRLModule(observation_space=BOX4, action_space=gym.spaces.Discrete(2))
     assert [layer.out_features for layer in default.encoder.layers] == [256, 256]
     with pytest.raises(ConfigError, match="fcnet_activation"):

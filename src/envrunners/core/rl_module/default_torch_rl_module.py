@@ -29,6 +29,7 @@ from envrunners.core.distributions import (
 )
 from envrunners.core.rl_module._default_parts import (
     _MLP,
+    NumpyForward,
     _check_spaces,
     _resolve_model_config,
     _run,
@@ -157,6 +158,15 @@ class DefaultTorchRLModule(RLModule):
         state["_fast"] = None  # holds callables and parameter references; rebuilt on use
         return state
 
+    def set_state(self, state: StateDict) -> None:
+        """``RLModule.set_state``; also drops the acting path's views of replaced storage.
+
+        Why: adopted weights replace parameter storage; numpy views of the old
+        storage would otherwise keep it (and its object-store pages) alive.
+        """
+        self._fast = None
+        super().set_state(state)
+
     def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """``nn.Module.load_state_dict`` that also refreshes the acting path's references."""
         self._fast = None
@@ -173,13 +183,15 @@ class DefaultTorchRLModule(RLModule):
             kind = "multi_categorical"
         else:
             kind = "categorical"
+        box_obs = cpu and isinstance(
+            self.observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)
+        )
         fast: dict[str, Any] = {
             "device": device,
             "cpu": cpu,
             "encoder": self.encoder.plan(numpy_tanh=cpu),
             "pi": self.pi.plan(numpy_tanh=cpu),
-            "box_obs": cpu
-            and isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)),
+            "box_obs": box_obs,
             "kind": kind,
             "to_numpy": torch.Tensor.numpy if cpu else _cpu_numpy,
             "action_dtype": np.dtype(space.dtype),
@@ -188,6 +200,8 @@ class DefaultTorchRLModule(RLModule):
             "vf_encoder": None
             if self.inference_only or self._share
             else self.vf_encoder.plan(numpy_tanh=cpu),
+            # Flat float input on CPU: the layers run on numpy (see NumpyForward).
+            "numpy": NumpyForward.build(self) if box_obs else None,
         }
         if kind == "gaussian":
             k = int(space.shape[0])
@@ -220,20 +234,33 @@ class DefaultTorchRLModule(RLModule):
             (B,) float32. The arrays are fresh (not reused by later calls).
         """
         fast = self._fast or self._fast_plan()
+        numpy_forward = fast["numpy"]
+        if numpy_forward is not None and not numpy_forward.current():
+            fast = self._fast_plan()  # a parameter's storage was replaced
+            numpy_forward = fast["numpy"]
         to_numpy = fast["to_numpy"]
+        values = None
         with torch.inference_mode():
             if fast["box_obs"]:
                 if type(obs) is not np.ndarray:
                     obs = np.asarray(obs)
                 if obs.dtype != np.float32 or not obs.flags.writeable:
                     obs = obs.astype(np.float32)
-                x = torch.from_numpy(obs)
-                if x.dim() != 2:
-                    x = x.reshape(x.shape[0], -1)
+            if numpy_forward is not None:
+                if with_values and fast["vf"] is None:
+                    self._values(None, None)  # raises the inference-only error
+                x_np = obs if obs.ndim == 2 else obs.reshape(obs.shape[0], -1)
+                pi_np, values = numpy_forward(x_np, with_values)
+                pi_out = torch.from_numpy(pi_np)
             else:
-                x = self._encode_obs(torch.from_numpy(np.array(obs)).to(fast["device"]))
-            h = _run(fast["encoder"], x)
-            pi_out = _run(fast["pi"], h)
+                if fast["box_obs"]:
+                    x = torch.from_numpy(obs)
+                    if x.dim() != 2:
+                        x = x.reshape(x.shape[0], -1)
+                else:
+                    x = self._encode_obs(torch.from_numpy(np.array(obs)).to(fast["device"]))
+                h = _run(fast["encoder"], x)
+                pi_out = _run(fast["pi"], h)
             kind = fast["kind"]
             if kind == "categorical":
                 if fast["cpu"] and explore:  # numpy results (see the function)
@@ -258,7 +285,9 @@ class DefaultTorchRLModule(RLModule):
                 else _as_numpy(logp, to_numpy),
                 Columns.ACTION_DIST_INPUTS: to_numpy(inputs),
             }
-            if with_values:
+            if values is not None:
+                out[Columns.VF_PREDS] = values
+            elif with_values:
                 if fast["vf"] is None:
                     self._values(x, h)  # raises the inference-only error
                 hv = h if fast["vf_encoder"] is None else _run(fast["vf_encoder"], x)
