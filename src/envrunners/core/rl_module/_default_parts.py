@@ -136,6 +136,7 @@ def _run(plan: list[tuple[torch.Tensor, torch.Tensor, Any]], x: torch.Tensor) ->
     return x
 
 
+_DATA_PTR = torch.Tensor.data_ptr
 _NUMPY_ACTIVATIONS = {
     "tanh": lambda h: np.tanh(h, out=h),
     "relu": lambda h: np.maximum(h, 0.0, out=h),
@@ -185,7 +186,7 @@ class NumpyPlan:
 
     def current(self) -> bool:
         """Whether the views still show the parameters' storage."""
-        return all(p.data_ptr() == q for p, q in zip(self.params, self.pointers))
+        return list(map(_DATA_PTR, self.params)) == self.pointers
 
     def run_transposed(self, h: np.ndarray) -> np.ndarray:
         """``(in, B)`` float32 input -> ``(out, B)`` output (a fresh array)."""
@@ -204,11 +205,13 @@ class NumpyForward:
     whose stacks all have a numpy activation; see :class:`NumpyPlan` for why.
     """
 
-    __slots__ = ("encoder", "pi", "vf_encoder", "vf", "plans")
+    __slots__ = ("encoder", "pi", "vf_encoder", "vf", "params", "pointers")
 
     def __init__(self, encoder: NumpyPlan, pi: NumpyPlan, vf_encoder: Any, vf: Any):
         self.encoder, self.pi, self.vf_encoder, self.vf = encoder, pi, vf_encoder, vf
-        self.plans = [p for p in (encoder, pi, vf_encoder, vf) if p is not None]
+        plans = [p for p in (encoder, pi, vf_encoder, vf) if p is not None]
+        self.params = [p for plan in plans for p in plan.params]
+        self.pointers = [q for plan in plans for q in plan.pointers]
 
     @classmethod
     def build(cls, module: Any) -> NumpyForward | None:
@@ -222,8 +225,8 @@ class NumpyForward:
         return cls(*plans)
 
     def current(self) -> bool:
-        """Whether every view still shows its parameter's storage."""
-        return all(p.current() for p in self.plans)
+        """Whether every view still shows its parameter's storage (checked per call)."""
+        return list(map(_DATA_PTR, self.params)) == self.pointers
 
     def __call__(self, x: np.ndarray, with_values: bool) -> tuple[np.ndarray, Any]:
         """``(B, in)`` float32 -> (policy output ``(B, D)``, values ``(B,)`` or None)."""
