@@ -75,6 +75,19 @@ class TestMakeMultiAgent:
         with pytest.raises(ValueError, match="at least one action"):
             env.step({})
 
+    def test_copies_keep_the_time_limit_and_need_a_reset_first(self):
+        env = make_multi_agent("CartPole-v1")({"num_agents": 2, "max_episode_steps": 3})
+        with pytest.raises(gym.error.ResetNeeded, match="reset"):
+            env.step({0: 0, 1: 0})
+        # One wrapper layer per copy: the time limit (no checker, no order enforcer).
+        assert all(type(e.unwrapped) is type(e.env) for e in env.envs)
+        env.reset(seed=0)
+        for _ in range(2):
+            _, _, term, trunc, _ = env.step({a: 0 for a in env.agents})
+            assert not any(trunc.values())
+        _, _, term, trunc, _ = env.step({a: 0 for a in env.agents})
+        assert trunc == {a: True for a in trunc} or any(term.values())
+
     def test_default_one_agent_and_config_untouched(self):
         config = EnvContext({"num_agents": 2}, worker_index=1)
         env = make_multi_agent("CartPole-v1")(config)

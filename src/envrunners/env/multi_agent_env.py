@@ -15,6 +15,7 @@ a reward without an observation; it is added to its next step.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -263,9 +264,13 @@ def make_multi_agent(env_name_or_creator: str | Callable[[Any], Any]) -> type[Mu
             if isinstance(env_name_or_creator, str):
                 # Like the runners' own env creation: the runner checks the spaces of
                 # the first reset and step itself, gymnasium's checker wrapper would
-                # only add a layer to every step.
+                # only add a layer to every step. This class enforces reset-before-step
+                # for all copies at once, so they go without the OrderEnforcing layer.
+                spec = gym.spec(env_name_or_creator)
+                if spec.order_enforce:
+                    spec = dataclasses.replace(spec, order_enforce=False)
                 kwargs = {"disable_env_checker": True, **dict(config)}
-                self.envs = [gym.make(env_name_or_creator, **kwargs) for _ in range(num)]
+                self.envs = [gym.make(spec, **kwargs) for _ in range(num)]
             else:
                 self.envs = [env_name_or_creator(config) for _ in range(num)]
             self.possible_agents = list(range(num))
@@ -274,6 +279,7 @@ def make_multi_agent(env_name_or_creator: str | Callable[[Any], Any]) -> type[Mu
             self.action_spaces = {i: e.action_space for i, e in enumerate(self.envs)}
             self._ended: set[int] = set()
             self._truncated: set[int] = set()
+            self._was_reset = False
             super().__init__()
 
         def reset(
@@ -282,6 +288,7 @@ def make_multi_agent(env_name_or_creator: str | Callable[[Any], Any]) -> type[Mu
             self._ended = set()
             self._truncated = set()
             self.agents = list(self.possible_agents)
+            self._was_reset = True
             obs, infos = {}, {}
             for i, env in enumerate(self.envs):
                 obs[i], infos[i] = env.reset(seed=seed, options=options)
@@ -292,11 +299,16 @@ def make_multi_agent(env_name_or_creator: str | Callable[[Any], Any]) -> type[Mu
                 raise ValueError(
                     "make_multi_agent env: step() needs at least one action, got an empty dict."
                 )
+            if not self._was_reset:
+                raise gym.error.ResetNeeded(
+                    "make_multi_agent env: call reset() before step() (as gymnasium's "
+                    "OrderEnforcing wrapper requires of each copy)."
+                )
             obs, rew, terms, truncs, infos = {}, {}, {}, {}, {}
             envs = self.envs
             for i, action in action_dict.items():
-                o, r, te, tr, info = envs[i].step(action)
-                obs[i], rew[i], terms[i], truncs[i], infos[i] = o, r, te, tr, info
+                obs[i], rew[i], te, tr, infos[i] = envs[i].step(action)
+                terms[i], truncs[i] = te, tr
                 if te or tr:
                     self._ended.add(i)
                     if tr:
