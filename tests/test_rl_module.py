@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import pickle
@@ -13,6 +14,7 @@ import pytest
 import torch
 from torch import distributions as td
 
+from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.core import DEFAULT_MODULE_ID
 from envrunners.core.columns import Columns
 from envrunners.core.distributions import TorchCategorical
@@ -560,6 +562,68 @@ def test_multi_rl_module_spec_build_and_serialization(tmp_path):
 
 
 # ---------------------------------------------------------------------------- torch utils
+def _blas_threads() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+
+def test_runner_thread_limit_covers_torch_and_numpy_blas():
+    from threadpoolctl import threadpool_limits
+
+    from envrunners.env.runner_setup import torch_threads
+
+    config = AlgorithmConfig().env_runners(num_cpus_per_env_runner=1)
+    with threadpool_limits(2, user_api="blas"), set_torch_threads_ctx(2):
+        outside = _blas_threads()
+        with torch_threads(config, 0):
+            assert torch.get_num_threads() == 1
+            assert _blas_threads() and set(_blas_threads()) == {1}
+        assert torch.get_num_threads() == 2 and _blas_threads() == outside
+
+
+class _ThreadWatchEnv(gym.Env):
+    """Records the BLAS thread counts its steps see (the runner acts between steps)."""
+
+    seen: list = []
+
+    def __init__(self, config=None):
+        self.observation_space = BOX4
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        _ThreadWatchEnv.seen.append(tuple(_blas_threads()))
+        return np.zeros(4, np.float32), 1.0, False, False, {}
+
+
+def test_sampling_runs_blas_on_the_runner_cpus():
+    from threadpoolctl import threadpool_limits
+
+    from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = AlgorithmConfig().environment(_ThreadWatchEnv).env_runners(num_envs_per_env_runner=2)
+    runner = SingleAgentEnvRunner(config=config)
+    _ThreadWatchEnv.seen.clear()
+    with threadpool_limits(2, user_api="blas"):
+        runner.sample(num_timesteps=6)
+        assert set(_blas_threads()) == {2}
+    runner.stop()
+    assert _ThreadWatchEnv.seen and all(set(t) == {1} for t in _ThreadWatchEnv.seen)
+
+
+@contextlib.contextmanager
+def set_torch_threads_ctx(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_set_torch_threads():
     before = torch.get_num_threads()
     try:

@@ -242,18 +242,42 @@ def compute_actions(module: Any, obs: Any, explore: bool, t: int) -> dict[str, n
 
 @contextlib.contextmanager
 def torch_threads(config: Any, worker_index: int | None) -> Iterator[None]:
-    """Run inference with the runner's torch thread count (1 by default), then restore."""
+    """Run inference with the runner's thread count (1 by default), then restore.
+
+    Both torch's intra-op threads and numpy's BLAS threads (the default module's
+    acting forward runs on numpy): a runner uses the CPUs it asked for
+    (``num_cpus_per_env_runner``), not every core, and BLAS threads do not spin
+    on cores that env stepping or other runners need.
+    """
     import torch
 
     wanted = int(getattr(config, "num_cpus_per_env_runner", 1) or 1)
     before = torch.get_num_threads()
     if wanted != before:
         torch.set_num_threads(wanted)
+    blas = _blas_pools()
     try:
-        yield
+        with blas.limit(limits=wanted) if blas is not None else contextlib.nullcontext():
+            yield
     finally:
         if wanted != before:
             torch.set_num_threads(before)
+
+
+_BLAS_POOLS: list[Any] = []
+
+
+def _blas_pools() -> Any:
+    """threadpoolctl's handle on the loaded BLAS libraries (found once per process), or None."""
+    if not _BLAS_POOLS:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            pools = ThreadpoolController().select(user_api="blas")
+        except Exception:  # threadpoolctl missing or unable to inspect this process
+            pools = None
+        _BLAS_POOLS.append(pools if pools is not None and pools.lib_controllers else None)
+    return _BLAS_POOLS[0]
 
 
 # -- checks -------------------------------------------------------------------------
