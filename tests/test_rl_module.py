@@ -660,3 +660,25 @@ def test_modules_pickle_and_deepcopy(act):
         assert clone.get_train_action_dist_cls() is module.get_train_action_dist_cls()
     multi = pickle.loads(pickle.dumps(MultiRLModule.from_modules({"p": module})))
     assert isinstance(multi["p"], DefaultTorchRLModule)
+
+
+def test_categorical_draws_per_thread_buffers_do_not_mix():
+    """Concurrent samplers (threads) get exactly their own generator's draws."""
+    import threading
+
+    from envrunners.core.rl_module.default_torch_rl_module import _sample_categorical_cpu
+
+    logits = torch.zeros(6, 4)
+
+    def draws(seed: int) -> list:
+        gen = torch.Generator().manual_seed(seed)
+        return [_sample_categorical_cpu(logits, gen)[0].tolist() for _ in range(300)]
+
+    expected = {seed: draws(seed) for seed in (1, 2)}
+    got: dict = {}
+    threads = [threading.Thread(target=lambda s=s: got.update({s: draws(s)})) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == expected
