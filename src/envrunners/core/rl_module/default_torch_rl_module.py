@@ -2,12 +2,14 @@
 
 Runners act once per vector step for all sub-envs, so acting cost is paid
 ``steps / num_envs`` times per sample. ``compute_actions_numpy`` keeps that cost
-near the cost of the matrix products: cached parameter references, no module
-``__call__`` machinery, numpy's SIMD ``tanh`` on the torch buffers (this torch
-build's CPU ``tanh`` is scalar), Gumbel-max sampling straight from the logits
-(finished on numpy views for CPU categoricals) and,
-for Gaussians, the log-density from the drawn noise. Randomness comes from torch's
-RNG (global, or the ``generator`` argument), so ``torch.manual_seed`` reproduces it.
+near the cost of the matrix products: on CPU, for flat observations, the layers
+run on numpy views of the parameters (``NumpyForward``: at acting batch sizes
+torch's per-op dispatch costs more than the arithmetic) and a categorical is
+sampled with numpy too (Gumbel-max from the logits); otherwise cached parameter
+references, no module ``__call__`` machinery and numpy's SIMD ``tanh`` on the
+torch buffers (this torch build's CPU ``tanh`` is scalar). Gaussians get their
+log-density from the drawn noise. Randomness always comes from torch's RNG
+(global, or the ``generator`` argument), so ``torch.manual_seed`` reproduces it.
 """
 
 from __future__ import annotations
@@ -244,6 +246,8 @@ class DefaultTorchRLModule(RLModule):
         to_numpy = fast["to_numpy"]
         values = None
         kind = fast["kind"]
+        if numpy_forward is not None and kind == "categorical":
+            return self._act_categorical_numpy(numpy_forward, obs, explore, with_values, generator)
         # Only torch layers (and the Gaussian's log-std parameter) need autograd off;
         # the numpy forward's outputs are plain tensors (entering the mode costs ~1.5 us).
         no_autograd = numpy_forward is None or kind == "gaussian"
@@ -301,6 +305,43 @@ class DefaultTorchRLModule(RLModule):
         actions = out[Columns.ACTIONS]
         if actions.dtype != fast["action_dtype"]:
             out[Columns.ACTIONS] = actions.astype(fast["action_dtype"])
+        return out
+
+    def _act_categorical_numpy(
+        self,
+        numpy_forward: NumpyForward,
+        obs: Any,
+        explore: bool,
+        with_values: bool,
+        generator: torch.Generator | None,
+    ) -> dict[str, np.ndarray]:
+        """``compute_actions_numpy`` for a categorical policy on the numpy forward.
+
+        No torch call but the exponential draws: on a few dozen logits each torch
+        call's dispatch costs more than the numpy arithmetic around it.
+        """
+        if type(obs) is not np.ndarray:
+            obs = np.asarray(obs)
+        if obs.dtype != np.float32:
+            obs = obs.astype(np.float32)
+        if with_values and numpy_forward.vf is None:
+            self._values(None, None)  # raises the inference-only error
+        logits, values = numpy_forward(
+            obs if obs.ndim == 2 else obs.reshape(obs.shape[0], -1), with_values
+        )
+        if explore:
+            actions, logp = _sample_categorical_numpy(logits, generator)
+        else:
+            actions, logp = logits.argmax(-1), np.zeros(len(logits), np.float32)
+        out = {
+            Columns.ACTIONS: actions,
+            Columns.ACTION_LOGP: logp,
+            Columns.ACTION_DIST_INPUTS: logits,
+        }
+        if values is not None:
+            out[Columns.VF_PREDS] = values
+        if actions.dtype != self._fast["action_dtype"]:
+            out[Columns.ACTIONS] = actions.astype(self._fast["action_dtype"])
         return out
 
     def _sample_gaussian(
@@ -376,6 +417,24 @@ def _sample_categorical_cpu(
     scores = np.log(noise)  # a fresh array: the buffer is only read here
     actions = np.subtract(log_probs, scores, out=scores).argmax(-1)
     return actions, log_probs.reshape(-1)[starts + actions]
+
+
+def _sample_categorical_numpy(
+    logits: np.ndarray, generator: torch.Generator | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gumbel-max sample and its log-probability for numpy logits (torch's draws).
+
+    ``argmax(l - log E)`` is ``argmax(log_softmax(l) - log E)`` (a per-row shift);
+    the log-probability is ``z - logsumexp(z)`` with ``z = l - max(l)``.
+    """
+    rows, width = logits.shape
+    buffer, noise, starts = _NOISE.get(rows, width)
+    buffer.exponential_(generator=generator)
+    z = logits - logits.max(-1, keepdims=True)
+    scores = np.log(noise)  # a fresh array: the buffer is only read here
+    actions = np.subtract(z, scores, out=scores).argmax(-1)
+    log_norm = np.log(np.exp(z).sum(-1))
+    return actions, z.reshape(-1)[starts + actions] - log_norm
 
 
 def _sample_categorical(
