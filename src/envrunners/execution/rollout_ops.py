@@ -10,13 +10,13 @@ explicit ``EnvRunnerError`` when nothing was collected (never an empty batch).
 
 from __future__ import annotations
 
-import gc
 import logging
 import pickle
 import traceback
 from typing import Any
 
 from envrunners.errors import ConfigError, EnvRunnerError
+from envrunners.utils.gc_pause import paused_gc
 
 __all__ = ["synchronous_parallel_sample"]
 
@@ -70,13 +70,8 @@ class _Pickled:
         objects, ~120 ms); that was half the driver's CPU per round. Paused, they
         are seen by at most one young collection and die (by refcount) young.
         """
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with paused_gc():
             return pickle.loads(self.data)
-        finally:
-            if enabled:
-                gc.enable()
 
 
 def _unpack(result: Any) -> Any:

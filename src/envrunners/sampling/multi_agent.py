@@ -38,6 +38,7 @@ from envrunners.sampling._multi_agent_parts import (
     rows,
     stack,
 )
+from envrunners.utils.gc_pause import paused_gc
 
 __all__ = [
     "STEP_FAILED",
@@ -219,18 +220,42 @@ class MultiAgentSampler:
         n = self.num_envs
         episode_mode = num_episodes is not None
         target = int(num_episodes if episode_mode else num_timesteps or 0)
+        self._tapes = {} if defer_extras and act_fn is not None and not self.events else None
+        self._tape_rows = [{} for _ in range(n)]
+        with paused_gc() as gc_backstop:  # see envrunners.utils.gc_pause
+            env_ts, agent_ts = self._loop(
+                res, act_fn, explore, target, episode_mode, count_agent_steps, t_offset, gc_backstop
+            )
+            res.env_steps, res.agent_steps = env_ts, agent_ts
+            if self._tapes is not None:
+                self._stop_deferring(None)
+            if not episode_mode:
+                self._cut_ongoing(res)
+        return res
+
+    def _loop(
+        self,
+        res: MultiAgentSampleResult,
+        act_fn: ActFn | None,
+        explore: bool,
+        target: int,
+        episode_mode: bool,
+        count_agent_steps: bool,
+        t_offset: int,
+        gc_backstop: Callable[[], None],
+    ) -> tuple[int, int]:
+        """The vector-step loop of ``run``; returns the env and agent steps taken."""
+        n = self.num_envs
         seq = self.weights_seq_no
         env_ts = agent_ts = 0
         action_fns = self.action_fns
-        tapes = self._tapes = (
-            {} if defer_extras and act_fn is not None and not self.events else None
-        )
-        self._tape_rows = [{} for _ in range(n)]
+        tapes = self._tapes
         while (
             (len(res.done) < target)
             if episode_mode
             else ((agent_ts if count_agent_steps else env_ts) < target)
         ):
+            gc_backstop()
             actions: list[dict] = [{} for _ in range(n)]
             extras: list[dict] = [{} for _ in range(n)]
             env_actions = actions
@@ -307,12 +332,7 @@ class MultiAgentSampler:
             )
             env_ts += d_env
             agent_ts += d_agent
-        res.env_steps, res.agent_steps = env_ts, agent_ts
-        if self._tapes is not None:
-            self._stop_deferring(None)
-        if not episode_mode:
-            self._cut_ongoing(res)
-        return res
+        return env_ts, agent_ts
 
     def _flush_tape_rows(self, i: int) -> None:
         """Record sub-env ``i``'s deferred extra outputs in its episode (see ``run``)."""
