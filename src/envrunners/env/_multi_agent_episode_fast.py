@@ -166,6 +166,7 @@ class MultiAgentFastStepMixin:
                 or sa.observations.finalized
                 or sa.actions.finalized
                 or sa.rewards.finalized
+                or sa.infos.finalized
             ):
                 return False
             agents.append(sa)
@@ -190,7 +191,7 @@ class MultiAgentFastStepMixin:
             sa.observations.data.append(obs)
             sa.actions.data.append(act)
             sa.rewards.data.append(rew)
-            sa.infos.append(info)
+            sa.infos.data.append(info)
             t = sa.t = sa.t + 1
             ext = extra_model_outputs.get(aid)
             if ext:
