@@ -49,13 +49,22 @@ def test_paused_gc_restores_the_collector(gc_on):
     assert gc.isenabled()
 
 
-def test_a_collector_the_user_turned_off_stays_off(gc_on, monkeypatch):
-    monkeypatch.setattr(gc_pause, "BACKSTOP_OBJECTS", 10)
-    gc.disable()
+def _start_counting(monkeypatch, backstop_at: int) -> None:
+    monkeypatch.setattr(gc_pause, "BACKSTOP_OBJECTS", backstop_at)
+    gc.collect()
     _Cycle.freed = 0
+
+
+def _make_cycles(n: int) -> None:
+    for _ in range(n):
+        _Cycle()
+
+
+def test_a_collector_the_user_turned_off_stays_off(gc_on, monkeypatch):
+    _start_counting(monkeypatch, 10)
+    gc.disable()
     with paused_gc() as backstop:
-        for _ in range(50):
-            _Cycle()
+        _make_cycles(50)
         backstop()  # the user's choice wins: nothing collected
         assert _Cycle.freed == 0
     assert not gc.isenabled()
@@ -65,16 +74,12 @@ def test_a_collector_the_user_turned_off_stays_off(gc_on, monkeypatch):
 
 
 def test_backstop_collects_cycles_that_piled_up(gc_on, monkeypatch):
-    monkeypatch.setattr(gc_pause, "BACKSTOP_OBJECTS", 100)
-    gc.collect()
-    _Cycle.freed = 0
+    _start_counting(monkeypatch, 100)
     with paused_gc() as backstop:
-        for _ in range(20):
-            _Cycle()
+        _make_cycles(20)
         backstop()
         assert _Cycle.freed == 0  # below the backstop: they wait
-        for _ in range(200):
-            _Cycle()
+        _make_cycles(200)
         backstop()
         assert _Cycle.freed >= 100  # the young generation was collected
 
@@ -99,8 +104,7 @@ class _CycleMakingEnv(MultiAgentEnv):
 
     def step(self, actions):
         self.t += 1
-        for _ in range(5):
-            _Cycle()
+        _make_cycles(5)
         _CycleMakingEnv.seen_enabled.append(gc.isenabled())
         _CycleMakingEnv.freed_seen.append(_Cycle.freed)
         done = self.t >= 20
@@ -109,15 +113,13 @@ class _CycleMakingEnv(MultiAgentEnv):
 
 
 def test_multi_agent_sampling_pauses_gc_and_keeps_cycles_bounded(gc_on, monkeypatch):
-    monkeypatch.setattr(gc_pause, "BACKSTOP_OBJECTS", 2_000)
     config = (
         AlgorithmConfig()
         .environment(_CycleMakingEnv)
         .multi_agent(policies={"p"}, policy_mapping_fn=lambda aid, ep, **kw: "p")
     )
     runner = MultiAgentEnvRunner(config=config)
-    gc.collect()
-    _Cycle.freed = 0
+    _start_counting(monkeypatch, 2_000)
     _CycleMakingEnv.seen_enabled.clear()
     _CycleMakingEnv.freed_seen.clear()
     runner.sample(num_timesteps=2_000, random_actions=True)
