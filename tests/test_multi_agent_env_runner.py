@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.envs.multi_agent import BadMultiAgentEnv, ScheduleEnv, expected_counts, make_schedule
+from tests.envs.multi_agent import (
+    BadMultiAgentEnv,
+    BufferReusingEnv,
+    ScheduleEnv,
+    expected_counts,
+    make_schedule,
+)
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.algorithms.ppo import PPOConfig
@@ -547,3 +553,26 @@ def test_runner_records_episodes_when_output_is_set(tmp_path):
         assert a.env_t_started == b.env_t_started and len(a) == len(b)
         assert a.agent_steps() == b.agent_steps()
         assert a.get_return() == pytest.approx(b.get_return())
+
+
+@pytest.mark.parametrize("kind", ["box", "dict"])
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_envs_that_overwrite_their_observation_arrays_keep_every_observation(kind, num_envs):
+    """An env may hand out its own arrays and overwrite them in the next step (RLlib's
+    vector env deep-copies for this); recorded observations must keep their values."""
+    config = (
+        AlgorithmConfig()
+        .environment(BufferReusingEnv, env_config={"obs_kind": kind, "length": 4})
+        .env_runners(num_envs_per_env_runner=num_envs)
+        .multi_agent(policies={"p"}, policy_mapping_fn=lambda aid, ep, **kw: "p")
+    )
+    runner = MultiAgentEnvRunner(config=config)
+    # Dict observations have no default module: random actions only.
+    for random_actions in (True,) if kind == "dict" else (True, False):
+        episodes = runner.sample(num_episodes=num_envs, random_actions=random_actions)
+        for episode in episodes:
+            for sa in episode.agent_episodes.values():
+                obs = sa.get_observations()
+                pos = obs["pos"] if kind == "dict" else obs
+                np.testing.assert_array_equal(pos[:, 0], np.arange(5, dtype=np.float32))
+    runner.stop()

@@ -695,3 +695,22 @@ def test_fake_sampler_and_compression():
     assert worker.sample() is first
     first.decompress_if_needed()
     assert first["obs"].shape == (10, 1)
+
+
+def test_multi_agent_envs_that_overwrite_their_observation_arrays_keep_every_observation():
+    """The old-stack multi-agent path records copies too (see the runner's test)."""
+    from tests.envs.multi_agent import BufferReusingEnv
+
+    worker = RolloutWorker(
+        env_creator=lambda _: BufferReusingEnv({"length": 4}),
+        config=AlgorithmConfig()
+        .multi_agent(
+            policies={"p": (PGTorchPolicy, Box(0.0, 1000.0, (2,), np.float32), Discrete(2), {})},
+            policy_mapping_fn=lambda aid, *args, **kwargs: "p",
+        )
+        .env_runners(rollout_fragment_length=8, batch_mode="complete_episodes"),
+    )
+    batch = worker.sample().policy_batches["p"]
+    np.testing.assert_array_equal(batch["obs"][:, 0], np.tile(np.arange(4.0), 4))
+    np.testing.assert_array_equal(batch["new_obs"][:, 0], np.tile(np.arange(1.0, 5.0), 4))
+    worker.stop()

@@ -12,7 +12,12 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from tests.envs.multi_agent import BadMultiAgentEnv, ScheduleEnv, make_schedule
+from tests.envs.multi_agent import (
+    BadMultiAgentEnv,
+    BufferReusingEnv,
+    ScheduleEnv,
+    make_schedule,
+)
 
 from envrunners.env.multi_agent_env import make_multi_agent
 from envrunners.env.vector import (
@@ -127,6 +132,18 @@ class TestSync:
         obs, _ = env.reset(seed=0)
         obs[0][0][:] = 99.0
         assert not np.any(env.envs[0].envs[0].unwrapped.state == 99.0)
+
+    @pytest.mark.parametrize("kind", ["box", "dict"])
+    def test_copies_are_the_default_and_survive_buffer_reuse(self, kind):
+        env = SyncVectorMultiAgentEnv([lambda: BufferReusingEnv({"obs_kind": kind})])
+        first, _ = env.reset()
+        later = [env.step([{"a": 0, "b": 0}])[0] for _ in range(2)]
+        values = [o[0]["a"] if kind == "box" else o[0]["a"]["pos"] for o in [first, *later]]
+        assert [float(v[0]) for v in values] == [0.0, 1.0, 2.0]
+        shared = SyncVectorMultiAgentEnv([lambda: BufferReusingEnv({"obs_kind": kind})], copy=False)
+        obs, _ = shared.reset()
+        inner = obs[0]["a"] if kind == "box" else obs[0]["a"]["pos"]
+        assert inner is shared.envs[0].buffers["a"]
 
 
 class TestAsync:

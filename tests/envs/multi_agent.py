@@ -261,3 +261,50 @@ class BadMultiAgentEnv(MultiAgentEnv):
         if self.bug == "trunc_no_obs":
             rew = {"a0": 1.0, "a1": 0.0}
         return obs, rew, term, trunc, {}
+
+
+class BufferReusingEnv(MultiAgentEnv):
+    """Two agents whose observations are the env's own arrays, overwritten every step.
+
+    ``obs_kind="box"``: a float array per agent; ``"dict"``: ``{"pos": array, "t": int}``
+    with the array reused. An agent's observation at agent step t holds t.
+    """
+
+    def __init__(self, config=None):
+        super().__init__()
+        config = config or {}
+        self.kind = config.get("obs_kind", "box")
+        self.length = int(config.get("length", 5))
+        self.possible_agents = self.agents = ["a", "b"]
+        box = gym.spaces.Box(0.0, 1000.0, (2,), np.float32)
+        space = (
+            box
+            if self.kind == "box"
+            else gym.spaces.Dict({"pos": box, "t": gym.spaces.Discrete(1000)})
+        )
+        self.observation_spaces = dict.fromkeys(self.agents, space)
+        self.action_spaces = dict.fromkeys(self.agents, gym.spaces.Discrete(2))
+        self.buffers = {a: np.zeros(2, np.float32) for a in self.agents}
+        self.t = 0
+
+    def _obs(self):
+        for buf in self.buffers.values():
+            buf[:] = self.t
+        if self.kind == "box":
+            return dict(self.buffers)
+        return {a: {"pos": buf, "t": self.t} for a, buf in self.buffers.items()}
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, actions):
+        self.t += 1
+        done = self.t >= self.length
+        return (
+            self._obs(),
+            dict.fromkeys(actions, 1.0),
+            {**dict.fromkeys(actions, done), "__all__": done},
+            {"__all__": False},
+            {},
+        )

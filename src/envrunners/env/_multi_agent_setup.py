@@ -105,7 +105,7 @@ def make_vector_env(
         timeout = getattr(config, "sample_timeout_s", None)
         env = AsyncVectorMultiAgentEnv(fns, timeout_s=timeout or None, restart_failed=restart)
         return env, ctx
-    return SyncVectorMultiAgentEnv(fns, copy=False, restart_failed=restart), ctx
+    return SyncVectorMultiAgentEnv(fns, restart_failed=restart), ctx
 
 
 def check_mapping_fn(fn: Any) -> None:

@@ -11,6 +11,8 @@ import copy as copy_module
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from envrunners.env.vector.vector_multi_agent_env import (
     VectorMultiAgentEnv,
     autoreset_step,
@@ -26,8 +28,9 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
 
     Args:
         env_fns: Zero-argument functions, each building one ``MultiAgentEnv``.
-        copy: Deep-copy the observations returned (guards against envs that
-            reuse their observation arrays). The runner passes False.
+        copy: Return copies of the observations (arrays copied, anything else
+            deep-copied): an env may reuse and overwrite its observation arrays,
+            which would otherwise change observations already recorded.
         autoreset_mode: Only ``"next_step"`` is supported.
         restart_failed: Recreate a sub-env whose ``step`` raises instead of
             raising: that ``step`` returns its reset observation and marks it in
@@ -75,7 +78,7 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         self._autoreset = [False] * self.num_envs
         self.failed = [False] * self.num_envs
         if self.copy:
-            all_obs = copy_module.deepcopy(all_obs)
+            all_obs = [_copy_observations(obs) for obs in all_obs]
         return all_obs, all_infos
 
     def step(self, actions: Sequence[dict]) -> tuple[list, list, list, list, list]:
@@ -106,7 +109,7 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
             out_trunc.append(trunc)
             out_info.append(info)
         if self.copy:
-            out_obs = copy_module.deepcopy(out_obs)
+            out_obs = [_copy_observations(obs) for obs in out_obs]
         return out_obs, out_rew, out_term, out_trunc, out_info
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
@@ -153,3 +156,14 @@ def _tag(err: Exception, index: int) -> None:
         err.sub_env_index = index  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - exceptions without a __dict__
         pass
+
+
+def _copy_observations(obs: Any) -> Any:
+    """A copy of one sub-env's observations dict: ``ndarray.copy()`` per agent where the
+    observation is a plain array (~10x cheaper than ``deepcopy``), else ``deepcopy``."""
+    if type(obs) is not dict:
+        return copy_module.deepcopy(obs)
+    return {
+        aid: o.copy() if type(o) is np.ndarray else copy_module.deepcopy(o)
+        for aid, o in obs.items()
+    }
