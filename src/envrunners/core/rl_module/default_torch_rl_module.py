@@ -425,16 +425,16 @@ def _sample_categorical_numpy(
     """Gumbel-max sample and its log-probability for numpy logits (torch's draws).
 
     ``argmax(l - log E)`` is ``argmax(log_softmax(l) - log E)`` (a per-row shift);
-    the log-probability is ``z - logsumexp(z)`` with ``z = l - max(l)``.
+    the log-probability is ``l - logsumexp(l)``, with numpy's stable
+    ``logaddexp.reduce`` (one reduction instead of max, shift, exp, sum and log).
     """
     rows, width = logits.shape
     buffer, noise, starts = _NOISE.get(rows, width)
     buffer.exponential_(generator=generator)
-    z = logits - logits.max(-1, keepdims=True)
     scores = np.log(noise)  # a fresh array: the buffer is only read here
-    actions = np.subtract(z, scores, out=scores).argmax(-1)
-    log_norm = np.log(np.exp(z).sum(-1))
-    return actions, z.reshape(-1)[starts + actions] - log_norm
+    actions = np.subtract(logits, scores, out=scores).argmax(-1)
+    log_norm = np.logaddexp.reduce(logits, axis=-1)
+    return actions, logits.reshape(-1)[starts + actions] - log_norm
 
 
 def _sample_categorical(
