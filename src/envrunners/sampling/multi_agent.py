@@ -28,7 +28,7 @@ from typing import Any
 
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import MultiAgentEnvError
-from envrunners.sampling._multi_agent_extras import ExtrasTape, flush_agent_rows
+from envrunners.sampling._multi_agent_extras import SEQ_KEY, ExtrasTape, flush_agent_rows
 from envrunners.sampling._multi_agent_parts import (
     CheckedMappingFn,
     EpisodeTotals,
@@ -292,7 +292,7 @@ class MultiAgentSampler:
                             continue
                         self._stop_deferring(extras)
                         tapes = None
-                    keys = (*out, "weights_seq_no")
+                    keys = (*out, SEQ_KEY)
                     cols = [rows(v) for v in out.values()]
                     cols.append([seq] * n_rows)
                     # (keys, values) pairs, not dicts: see MultiAgentEpisode.try_add_plain_env_step
@@ -497,8 +497,7 @@ class MultiAgentSampler:
         return lost_env, lost_agent
 
     def _finish(self, i: int, episode: MultiAgentEpisode, res: MultiAgentSampleResult) -> None:
-        if self._tape_rows[i]:
-            self._flush_tape_rows(i)
+        self._flush_tape_rows(i)
         totals = self._totals.pop(episode.id_, None) or EpisodeTotals()
         totals.add(episode)
         res.episode_stats.append(totals.stats(time.time() - self._start_times[i]))

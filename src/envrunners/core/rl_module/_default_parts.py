@@ -156,8 +156,8 @@ class NumpyPlan:
     own C-contiguous storage: no transposed copies that could go stale when
     weights change in place (optimizer steps, ``copy_``, writes through
     ``.data`` or numpy all show through the views). Only a replaced storage
-    (``param.data = ...``, ``.to()``) invalidates the views; :meth:`current`
-    detects that from the parameters' data pointers.
+    (``param.data = ...``, ``.to()``) invalidates the views;
+    :meth:`NumpyForward.current` detects that from the parameters' data pointers.
     """
 
     __slots__ = ("layers", "params", "pointers")
@@ -183,10 +183,6 @@ class NumpyPlan:
                 (layer.weight.detach().numpy(), layer.bias.detach().numpy()[:, None], act)
             )
         return cls(layers, params)
-
-    def current(self) -> bool:
-        """Whether the views still show the parameters' storage."""
-        return list(map(_DATA_PTR, self.params)) == self.pointers
 
     def run_transposed(self, h: np.ndarray) -> np.ndarray:
         """``(in, B)`` float32 input -> ``(out, B)`` output (a fresh array)."""

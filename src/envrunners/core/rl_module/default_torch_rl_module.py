@@ -244,26 +244,28 @@ class DefaultTorchRLModule(RLModule):
             fast = self._fast_plan()  # a parameter's storage was replaced
             numpy_forward = fast["numpy"]
         to_numpy = fast["to_numpy"]
-        values = None
         kind = fast["kind"]
-        if numpy_forward is not None and kind == "categorical":
-            return self._act_categorical_numpy(numpy_forward, obs, explore, with_values, generator)
+        if fast["box_obs"]:
+            if type(obs) is not np.ndarray:
+                obs = np.asarray(obs)
+            # torch.from_numpy (the torch layers) needs writable memory; numpy does not.
+            if obs.dtype != np.float32 or (numpy_forward is None and not obs.flags.writeable):
+                obs = obs.astype(np.float32)
+        values = None
+        if numpy_forward is not None:
+            if with_values and numpy_forward.vf is None:
+                self._values(None, None)  # raises the inference-only error
+            pi_np, values = numpy_forward(
+                obs if obs.ndim == 2 else obs.reshape(obs.shape[0], -1), with_values
+            )
+            if kind == "categorical":  # no torch call but the exponential draws
+                return _categorical_numpy_outputs(pi_np, values, explore, generator, fast)
+            pi_out = torch.from_numpy(pi_np)
         # Only torch layers (and the Gaussian's log-std parameter) need autograd off;
         # the numpy forward's outputs are plain tensors (entering the mode costs ~1.5 us).
         no_autograd = numpy_forward is None or kind == "gaussian"
         with torch.inference_mode() if no_autograd else _NO_CONTEXT:
-            if fast["box_obs"]:
-                if type(obs) is not np.ndarray:
-                    obs = np.asarray(obs)
-                if obs.dtype != np.float32 or not obs.flags.writeable:
-                    obs = obs.astype(np.float32)
-            if numpy_forward is not None:
-                if with_values and fast["vf"] is None:
-                    self._values(None, None)  # raises the inference-only error
-                x_np = obs if obs.ndim == 2 else obs.reshape(obs.shape[0], -1)
-                pi_np, values = numpy_forward(x_np, with_values)
-                pi_out = torch.from_numpy(pi_np)
-            else:
+            if numpy_forward is None:
                 if fast["box_obs"]:
                     x = torch.from_numpy(obs)
                     if x.dim() != 2:
@@ -302,47 +304,7 @@ class DefaultTorchRLModule(RLModule):
                     self._values(x, h)  # raises the inference-only error
                 hv = h if fast["vf_encoder"] is None else _run(fast["vf_encoder"], x)
                 out[Columns.VF_PREDS] = to_numpy(_run(fast["vf"], hv).reshape(-1))
-        actions = out[Columns.ACTIONS]
-        if actions.dtype != fast["action_dtype"]:
-            out[Columns.ACTIONS] = actions.astype(fast["action_dtype"])
-        return out
-
-    def _act_categorical_numpy(
-        self,
-        numpy_forward: NumpyForward,
-        obs: Any,
-        explore: bool,
-        with_values: bool,
-        generator: torch.Generator | None,
-    ) -> dict[str, np.ndarray]:
-        """``compute_actions_numpy`` for a categorical policy on the numpy forward.
-
-        No torch call but the exponential draws: on a few dozen logits each torch
-        call's dispatch costs more than the numpy arithmetic around it.
-        """
-        if type(obs) is not np.ndarray:
-            obs = np.asarray(obs)
-        if obs.dtype != np.float32:
-            obs = obs.astype(np.float32)
-        if with_values and numpy_forward.vf is None:
-            self._values(None, None)  # raises the inference-only error
-        logits, values = numpy_forward(
-            obs if obs.ndim == 2 else obs.reshape(obs.shape[0], -1), with_values
-        )
-        if explore:
-            actions, logp = _sample_categorical_numpy(logits, generator)
-        else:
-            actions, logp = logits.argmax(-1), np.zeros(len(logits), np.float32)
-        out = {
-            Columns.ACTIONS: actions,
-            Columns.ACTION_LOGP: logp,
-            Columns.ACTION_DIST_INPUTS: logits,
-        }
-        if values is not None:
-            out[Columns.VF_PREDS] = values
-        if actions.dtype != self._fast["action_dtype"]:
-            out[Columns.ACTIONS] = actions.astype(self._fast["action_dtype"])
-        return out
+        return _with_action_dtype(out, fast)
 
     def _sample_gaussian(
         self, pi_out: torch.Tensor, explore: bool, generator: torch.Generator | None
@@ -366,6 +328,36 @@ class DefaultTorchRLModule(RLModule):
         actions = torch.addcmul(mean, log_std.exp(), noise)
         stacked = torch.cat([noise.square_(), log_std], dim=-1)
         return actions, torch.addmv(fast["logp_const"], stacked, fast["logp_weights"]), inputs
+
+
+def _categorical_numpy_outputs(
+    logits: np.ndarray,
+    values: np.ndarray | None,
+    explore: bool,
+    generator: torch.Generator | None,
+    fast: dict[str, Any],
+) -> dict[str, np.ndarray]:
+    """The acting outputs of a categorical policy from the numpy forward's logits."""
+    if explore:
+        actions, logp = _sample_categorical_numpy(logits, generator)
+    else:
+        actions, logp = logits.argmax(-1), np.zeros(len(logits), np.float32)
+    out = {
+        Columns.ACTIONS: actions,
+        Columns.ACTION_LOGP: logp,
+        Columns.ACTION_DIST_INPUTS: logits,
+    }
+    if values is not None:
+        out[Columns.VF_PREDS] = values
+    return _with_action_dtype(out, fast)
+
+
+def _with_action_dtype(out: dict[str, np.ndarray], fast: dict[str, Any]) -> dict[str, np.ndarray]:
+    """``out`` with its actions in the action space's dtype."""
+    actions = out[Columns.ACTIONS]
+    if actions.dtype != fast["action_dtype"]:
+        out[Columns.ACTIONS] = actions.astype(fast["action_dtype"])
+    return out
 
 
 def _cpu_numpy(tensor: torch.Tensor) -> np.ndarray:
