@@ -168,8 +168,12 @@ class TestRunnerWiring:
         stored = np.concatenate([e.get_actions() for e in eps])
         sent = np.stack(seen)
         assert np.all(np.abs(sent) <= 2.0)  # Pendulum bounds
-        expected = -2.0 + (np.clip(stored, -1, 1) + 1.0) * 2.0
-        np.testing.assert_allclose(sent[: len(expected)], expected[: len(sent)], rtol=1e-5)
+        # In float64: float32 arithmetic on (a + 1) alone errs by ~1e-7, which is a large
+        # relative error for env actions near 0. The env receives float32 (the space's dtype).
+        expected = -2.0 + (np.clip(stored.astype(np.float64), -1, 1) + 1.0) * 2.0
+        np.testing.assert_allclose(
+            sent[: len(expected)], expected[: len(sent)].astype(np.float32), rtol=1e-6, atol=1e-7
+        )
 
     def test_reward_clipping(self):
         r = _runner(env_config={"reward": 5.0, "episode_len": 3})
