@@ -403,11 +403,7 @@ def _sample_categorical_cpu(
     call a fraction of that.
     """
     log_probs = torch.log_softmax(logits, dim=-1).numpy()
-    rows, width = log_probs.shape
-    buffer, noise, starts = _NOISE.get(rows, width)
-    buffer.exponential_(generator=generator)
-    scores = np.log(noise)  # a fresh array: the buffer is only read here
-    actions = np.subtract(log_probs, scores, out=scores).argmax(-1)
+    actions, starts = _gumbel_max(log_probs, generator)
     return actions, log_probs.reshape(-1)[starts + actions]
 
 
@@ -420,13 +416,21 @@ def _sample_categorical_numpy(
     the log-probability is ``l - logsumexp(l)``, with numpy's stable
     ``logaddexp.reduce`` (one reduction instead of max, shift, exp, sum and log).
     """
-    rows, width = logits.shape
-    buffer, noise, starts = _NOISE.get(rows, width)
-    buffer.exponential_(generator=generator)
-    scores = np.log(noise)  # a fresh array: the buffer is only read here
-    actions = np.subtract(logits, scores, out=scores).argmax(-1)
+    actions, starts = _gumbel_max(logits, generator)
     log_norm = np.logaddexp.reduce(logits, axis=-1)
     return actions, logits.reshape(-1)[starts + actions] - log_norm
+
+
+def _gumbel_max(
+    scores: np.ndarray, generator: torch.Generator | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``argmax(scores - log E)`` per row, ``E`` torch's exponential draws; also the flat
+    index of each row's start (to pick the chosen entries out of ``scores``)."""
+    rows, width = scores.shape
+    buffer, noise, starts = _NOISE.get(rows, width)
+    buffer.exponential_(generator=generator)
+    perturbed = np.log(noise)  # a fresh array: the buffer is only read here
+    return np.subtract(scores, perturbed, out=perturbed).argmax(-1), starts
 
 
 def _sample_categorical(
