@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import copy
 import time
-import uuid
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from envrunners.env._episode_ids import new_episode_id
 from envrunners.env._single_agent_episode_ops import EpisodeOpsMixin
 from envrunners.env.utils._structs import batch, leaf_len, map_structure
 from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
@@ -69,7 +69,7 @@ class SingleAgentEpisode(EpisodeOpsMixin):
     module docstring for the data layout.
 
     Attributes:
-        id_: The episode id, shared by all chunks of one episode (uuid4 hex).
+        id_: The episode id, shared by all chunks of one episode (32 random hex digits).
         agent_id: The agent this belongs to (multi-agent), else None.
         module_id: The RLModule that acts for it (multi-agent), else None.
         multi_agent_episode_id: The id of the owning ``MultiAgentEpisode``, if any.
@@ -129,7 +129,7 @@ class SingleAgentEpisode(EpisodeOpsMixin):
         """Create an episode chunk, optionally pre-filled with data.
 
         Args:
-            id_: The episode id; a new uuid4 hex if None.
+            id_: The episode id; 32 random hex digits (like uuid4().hex) if None.
             observations: ``o_0..o_T`` incl. the lookback: a list, numpy data (stored
                 finalized) or an ``InfiniteLookbackBuffer`` (used as is).
             observation_space: The space of one observation.
@@ -151,7 +151,7 @@ class SingleAgentEpisode(EpisodeOpsMixin):
             ValueError: ``len_lookback_buffer`` is not ``"auto"`` or an int >= 0.
             AssertionError: The given data has inconsistent lengths (see ``validate``).
         """
-        self.id_ = id_ or uuid.uuid4().hex
+        self.id_ = id_ or new_episode_id()
         self.agent_id = agent_id
         self.module_id = module_id
         self.multi_agent_episode_id = multi_agent_episode_id
@@ -282,7 +282,7 @@ class SingleAgentEpisode(EpisodeOpsMixin):
             return raw(map_structure(conv, data), k, space, struct, True)
 
         ep = object.__new__(cls)
-        ep.id_ = id_ or uuid.uuid4().hex
+        ep.id_ = id_ or new_episode_id()
         ep.agent_id = agent_id
         ep.module_id = module_id
         ep.multi_agent_episode_id = multi_agent_episode_id
