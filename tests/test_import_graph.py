@@ -27,9 +27,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
     # TEMPORARY (issue 13): cycles being removed; each goes with its class's rework.
     frozenset({"envrunners.policy._multi_agent_batch", "envrunners.policy._sample_batch"}): "",
     frozenset(
-        {"envrunners.env._single_agent_episode_ops", "envrunners.env.single_agent_episode"}
-    ): "",
-    frozenset(
         {
             "envrunners.env._multi_agent_episode_access",
             "envrunners.env._multi_agent_episode_fast",
