@@ -53,7 +53,12 @@ from envrunners.env._agent_timeline import (
     split_by_agent,
 )
 from envrunners.env._episode_ids import new_episode_id
-from envrunners.env.single_agent_episode import REWARD_SPACE, SingleAgentEpisode
+from envrunners.env.single_agent_episode import (
+    REWARD_SPACE,
+    SingleAgentEpisode,
+    check_successor,
+    slice_only,
+)
 from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 from envrunners.errors import MultiAgentEnvError
 from envrunners.utils.spaces import (
@@ -600,10 +605,7 @@ class MultiAgentEpisode:
                 # observation becomes its last; pending rewards have no step to go to.
                 sa.is_terminated = sa.is_terminated or term
                 sa.is_truncated = sa.is_truncated or trunc
-                self._hanging_rewards_end.pop(aid, None)
-                if aid in self._carried_begin:
-                    self._carried_begin.discard(aid)
-                    self._hanging_rewards_begin.pop(aid, None)
+                self._drop_pending(aid)
                 self._done_agent_ids.add(aid)
             elif rew is not NOT_GIVEN:  # case 4: waiting to act
                 self._hanging_rewards_end[aid] = self._hanging_rewards_end.get(aid, 0.0) + rew
@@ -748,14 +750,41 @@ class MultiAgentEpisode:
 
     def _drop(self, aid: Any) -> None:
         """Forget every hanging value of an agent that never got its own episode."""
-        for cache in (
-            self._hanging_actions_end,
-            self._hanging_extra_model_outputs_end,
-            self._hanging_rewards_end,
-            self._hanging_rewards_begin,
-        ):
-            cache.pop(aid, None)
-        self._carried_begin.discard(aid)
+        self._drop_pending(aid)
+        self._hanging_rewards_begin.pop(aid, None)
+
+    def _drop_pending(self, aid: Any) -> None:
+        """Forget what waits for ``aid``'s next step: a hanging action and its rewards.
+
+        A reward carried from a predecessor (``_carried_begin``) waits for that step
+        too and goes with them; rewards from before a first observation stay.
+        """
+        self._hanging_actions_end.pop(aid, None)
+        self._hanging_extra_model_outputs_end.pop(aid, None)
+        self._hanging_rewards_end.pop(aid, None)
+        if aid in self._carried_begin:
+            self._carried_begin.discard(aid)
+            self._hanging_rewards_begin.pop(aid, None)
+
+    def _pending_reward(self, aid: Any) -> Any:
+        """Return the reward that ``aid``'s next completed step gets (NOT_GIVEN if none).
+
+        The carry rule of ``cut`` and ``concat_episode``: rewards since the
+        agent's last observation, plus a reward carried from a predecessor.
+        """
+        pending = self._hanging_rewards_end.get(aid, NOT_GIVEN)
+        if aid in self._carried_begin:
+            carried = self._hanging_rewards_begin[aid]
+            pending = carried if pending is NOT_GIVEN else carried + pending
+        return pending
+
+    def _copy_hanging_action(self, source: MultiAgentEpisode, aid: Any) -> None:
+        """Take over ``source``'s hanging action of ``aid`` (and its extra outputs), if any."""
+        if aid in source._hanging_actions_end:
+            self._hanging_actions_end[aid] = source._hanging_actions_end[aid]
+            self._hanging_extra_model_outputs_end[aid] = dict(
+                source._hanging_extra_model_outputs_end.get(aid) or {}
+            )
 
     def _update_all_done(self) -> None:
         """Mark the episode terminated once every known agent is done; then tidy up.
@@ -1176,10 +1205,7 @@ class MultiAgentEpisode:
         neg_index_as_lookback: bool = False,
     ) -> None:
         """Overwrite observations per agent; ``at_indices`` are each agent's own steps."""
-        for aid, data in new_data.items():
-            self._sa(aid).observations.set(
-                data, at_indices=at_indices, neg_index_as_lookback=neg_index_as_lookback
-            )
+        self._set_data(OBS, new_data, at_indices, neg_index_as_lookback)
 
     def set_actions(
         self,
@@ -1189,10 +1215,7 @@ class MultiAgentEpisode:
         neg_index_as_lookback: bool = False,
     ) -> None:
         """Overwrite actions per agent; ``at_indices`` are each agent's own steps."""
-        for aid, data in new_data.items():
-            self._sa(aid).actions.set(
-                data, at_indices=at_indices, neg_index_as_lookback=neg_index_as_lookback
-            )
+        self._set_data(ACTIONS, new_data, at_indices, neg_index_as_lookback)
 
     def set_rewards(
         self,
@@ -1202,10 +1225,7 @@ class MultiAgentEpisode:
         neg_index_as_lookback: bool = False,
     ) -> None:
         """Overwrite rewards per agent; ``at_indices`` are each agent's own steps."""
-        for aid, data in new_data.items():
-            self._sa(aid).rewards.set(
-                data, at_indices=at_indices, neg_index_as_lookback=neg_index_as_lookback
-            )
+        self._set_data(REWARDS, new_data, at_indices, neg_index_as_lookback)
 
     def set_extra_model_outputs(
         self,
@@ -1216,8 +1236,23 @@ class MultiAgentEpisode:
         neg_index_as_lookback: bool = False,
     ) -> None:
         """Overwrite the extra model output ``key`` per agent (agent-step indices)."""
+        self._set_data(EXTRA, new_data, at_indices, neg_index_as_lookback, key=key)
+
+    def _set_data(
+        self,
+        what: str,
+        new_data: MultiAgentDict,
+        at_indices: Any,
+        neg_index_as_lookback: bool,
+        key: str | None = None,
+    ) -> None:
+        """Implement the setters: write each agent's data into its ``what`` buffer.
+
+        Raises:
+            KeyError: An agent without an episode here, or without extra output ``key``.
+        """
         for aid, data in new_data.items():
-            buf = self._sa(aid).extra_model_outputs.get(key)
+            buf = _buffer_of(self._sa(aid), what, key)
             if buf is None:
                 raise KeyError(f"Agent {aid!r} has no extra model output {key!r}.")
             buf.set(data, at_indices=at_indices, neg_index_as_lookback=neg_index_as_lookback)
@@ -1356,12 +1391,7 @@ class MultiAgentEpisode:
         Raises:
             NotImplementedError: For anything but a slice.
         """
-        if isinstance(item, slice):
-            return self.slice(item)
-        raise NotImplementedError(
-            f"MultiAgentEpisode only supports slicing (episode[a:b]), got {type(item).__name__}; "
-            "use get_observations()/get_actions()/... for single steps."
-        )
+        return slice_only(self, item)
 
     def _sub_episode(self, start: int, stop: int, lookback: int, *, cut: bool) -> MultiAgentEpisode:
         """Build the chunk of env steps ``[start, stop)`` (``cut``: the successor)."""
@@ -1420,19 +1450,16 @@ class MultiAgentEpisode:
                 new._done_agent_ids.add(aid)
                 continue
             self._carry_hanging(aid, sa, new, e, stop == n, cut)
-        if cut:
+        if cut or stop == n:
             for aid, r in self._hanging_rewards_begin.items():
                 if aid not in self.agent_episodes:  # still waiting for a first observation
                     new._hanging_rewards_begin[aid] = r
-            new._custom_data = copy.deepcopy(self._custom_data)
+        new._custom_data = copy.deepcopy(self._custom_data)
+        if cut:
             new._start_time = self._last_step_time or self._start_time
         else:
             if stop == n:
-                for aid, r in self._hanging_rewards_begin.items():
-                    if aid not in self.agent_episodes:
-                        new._hanging_rewards_begin[aid] = r
                 new.is_terminated, new.is_truncated = self.is_terminated, self.is_truncated
-            new._custom_data = copy.deepcopy(self._custom_data)
             new._start_time, new._last_step_time = self._start_time, self._last_step_time
         return new
 
@@ -1447,15 +1474,8 @@ class MultiAgentEpisode:
     ) -> None:
         """Set ``aid``'s hanging values in a sub-episode ``new`` of this one."""
         if cut:
-            if aid in self._hanging_actions_end:
-                new._hanging_actions_end[aid] = self._hanging_actions_end[aid]
-                new._hanging_extra_model_outputs_end[aid] = dict(
-                    self._hanging_extra_model_outputs_end.get(aid) or {}
-                )
-            pending = self._hanging_rewards_end.get(aid, NOT_GIVEN)
-            if aid in self._carried_begin:
-                carried = self._hanging_rewards_begin[aid]
-                pending = carried if pending is NOT_GIVEN else carried + pending
+            new._copy_hanging_action(self, aid)
+            pending = self._pending_reward(aid)
             if pending is not NOT_GIVEN:
                 new._hanging_rewards_begin[aid] = pending
                 new._carried_begin.add(aid)
@@ -1466,11 +1486,7 @@ class MultiAgentEpisode:
                 k: b.get(e) for k, b in sa.extra_model_outputs.items()
             }
         elif at_end:
-            if aid in self._hanging_actions_end:
-                new._hanging_actions_end[aid] = self._hanging_actions_end[aid]
-                new._hanging_extra_model_outputs_end[aid] = dict(
-                    self._hanging_extra_model_outputs_end.get(aid) or {}
-                )
+            new._copy_hanging_action(self, aid)
             if aid in self._hanging_rewards_end:
                 new._hanging_rewards_end[aid] = self._hanging_rewards_end[aid]
 
@@ -1484,17 +1500,7 @@ class MultiAgentEpisode:
             AssertionError: Different ids, this chunk is done, or ``self.env_t !=
                 other.env_t_started``.
         """
-        if other.id_ != self.id_:
-            raise AssertionError(
-                f"Cannot concat episodes with different ids: {self.id_!r} vs {other.id_!r}."
-            )
-        if self.is_done:
-            raise AssertionError("Cannot concat to a MultiAgentEpisode that is already done.")
-        if self.env_t != other.env_t_started:
-            raise AssertionError(
-                f"Cannot concat: self.env_t ({self.env_t}) must equal other.env_t_started "
-                f"({other.env_t_started})."
-            )
+        check_successor(self, other, "env_t", self.env_t, other.env_t_started)
         lb_self, lb_other = self._len_lookback_buffers, other._len_lookback_buffers
         for aid, osa in other.agent_episodes.items():
             odata = other._mapping_data(aid)
@@ -1517,21 +1523,9 @@ class MultiAgentEpisode:
                         aid, other._agent_to_module_mapping[aid]
                     )
             # Other's hanging state replaces ours for this agent.
-            self._hanging_actions_end.pop(aid, None)
-            self._hanging_extra_model_outputs_end.pop(aid, None)
-            self._hanging_rewards_end.pop(aid, None)
-            if aid in self._carried_begin:
-                self._carried_begin.discard(aid)
-                self._hanging_rewards_begin.pop(aid, None)
-            if aid in other._hanging_actions_end:
-                self._hanging_actions_end[aid] = other._hanging_actions_end[aid]
-                self._hanging_extra_model_outputs_end[aid] = dict(
-                    other._hanging_extra_model_outputs_end.get(aid) or {}
-                )
-            pending = other._hanging_rewards_end.get(aid, NOT_GIVEN)
-            if aid in other._carried_begin:
-                carried = other._hanging_rewards_begin[aid]
-                pending = carried if pending is NOT_GIVEN else carried + pending
+            self._drop_pending(aid)
+            self._copy_hanging_action(other, aid)
+            pending = other._pending_reward(aid)
             if pending is not NOT_GIVEN:
                 self._hanging_rewards_end[aid] = pending
             begin = other._hanging_rewards_begin.get(aid, NOT_GIVEN)

@@ -96,6 +96,43 @@ def _copy_infos(buf: InfiniteLookbackBuffer, lo: int, hi: int) -> Any:
     return [dict(i) if isinstance(i, dict) else i for i in items]
 
 
+def slice_only(episode: Any, item: Any) -> Any:
+    """Return ``episode.slice(item)``: ``episode[item]`` of both episode classes.
+
+    Raises:
+        NotImplementedError: For anything but a slice.
+    """
+    if isinstance(item, slice):
+        return episode.slice(item)
+    raise NotImplementedError(
+        f"{type(episode).__name__} only supports slicing (episode[a:b]), got "
+        f"{type(item).__name__}; use get_observations()/get_actions()/... for single steps."
+    )
+
+
+def check_successor(episode: Any, other: Any, t_name: str, t: int, other_t_started: int) -> None:
+    """Check that ``other`` continues ``episode`` (``concat_episode`` of both episode classes).
+
+    Same id, ``episode`` not done, and ``other`` starts where ``episode`` ends:
+    ``t == other_t_started``, where ``t_name`` names the time attribute (``t`` or
+    ``env_t``) for the message.
+
+    Raises:
+        AssertionError: Naming the condition that does not hold.
+    """
+    if other.id_ != episode.id_:
+        raise AssertionError(
+            f"Cannot concat episodes with different ids: {episode.id_!r} vs {other.id_!r}."
+        )
+    if episode.is_done:
+        raise AssertionError(f"Cannot concat to a {type(episode).__name__} that is already done.")
+    if t != other_t_started:
+        raise AssertionError(
+            f"Cannot concat: self.{t_name} ({t}) must equal other.{t_name}_started "
+            f"({other_t_started})."
+        )
+
+
 class SingleAgentEpisode:
     """A chunk of one agent's episode, with lookback history.
 
@@ -813,16 +850,7 @@ class SingleAgentEpisode:
                 other.t_started``, mismatching boundary observation or extra-output
                 keys, or either chunk invalid. ``self`` is unchanged then.
         """
-        if other.id_ != self.id_:
-            raise AssertionError(
-                f"Cannot concat episodes with different ids: {self.id_!r} vs {other.id_!r}."
-            )
-        if self.is_done:
-            raise AssertionError("Cannot concat to an episode that is already done.")
-        if self.t != other.t_started:
-            raise AssertionError(
-                f"Cannot concat: self.t ({self.t}) must equal other.t_started ({other.t_started})."
-            )
+        check_successor(self, other, "t", self.t, other.t_started)
         self.validate()
         other.validate()
         if not self.is_reset or not other.is_reset:
@@ -956,12 +984,7 @@ class SingleAgentEpisode:
         Raises:
             NotImplementedError: For anything but a slice.
         """
-        if isinstance(item, slice):
-            return self.slice(item)
-        raise NotImplementedError(
-            f"SingleAgentEpisode only supports slicing (episode[a:b]), got {type(item).__name__}; "
-            "use get_observations()/get_actions()/... for single steps."
-        )
+        return slice_only(self, item)
 
     def add_temporary_timestep_data(self, key: str, data: Any) -> None:
         """Removed API (RLlib deprecated it); always raises.
