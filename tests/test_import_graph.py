@@ -26,18 +26,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
     ): "RLModule.as_multi_rl_module() returns its container, MultiRLModule (a subclass)",
     # TEMPORARY (issue 13): cycles being removed; each goes with its class's rework.
     frozenset({"envrunners.policy._multi_agent_batch", "envrunners.policy._sample_batch"}): "",
-    frozenset(
-        {"envrunners.env._single_agent_episode_ops", "envrunners.env.single_agent_episode"}
-    ): "",
-    frozenset(
-        {
-            "envrunners.env._multi_agent_episode_access",
-            "envrunners.env._multi_agent_episode_fast",
-            "envrunners.env._multi_agent_episode_index",
-            "envrunners.env._multi_agent_episode_ops",
-            "envrunners.env.multi_agent_episode",
-        }
-    ): "",
     frozenset({"envrunners.evaluation._multi_agent_sampling", "envrunners.evaluation.sampler"}): "",
     frozenset({"envrunners.env._group_state_sync", "envrunners.env._runner_side"}): "",
     frozenset({"envrunners._cli.train", "envrunners._cli.trainer"}): "",

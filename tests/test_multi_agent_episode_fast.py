@@ -104,7 +104,7 @@ def test_new_agent_episode_matches_constructor_and_reset():
     """The direct construction equals ``SingleAgentEpisode(...)`` + ``add_env_reset``."""
     import gymnasium as gym
 
-    from envrunners.env._multi_agent_episode_fast import new_agent_episode
+    from envrunners.env.multi_agent_episode import new_agent_episode
     from envrunners.env.single_agent_episode import SingleAgentEpisode
 
     obs_space = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,)), "b": gym.spaces.Discrete(3)})

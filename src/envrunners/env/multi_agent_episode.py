@@ -16,35 +16,56 @@ agent's observations is held in *hanging* caches until its next observation:
 
 ``add_env_step`` touches only the agents named in that step (O(agents in the
 step)); the "S" entries of agents that did not take part are filled in lazily.
-Private helpers: ``_multi_agent_episode_index`` (env-step <-> agent-step
-indexing, splitting per-step data by agent), ``_multi_agent_episode_access``
-(getters and setters), ``_multi_agent_episode_ops`` (construction from
-recorded data, ``cut``, ``slice``, ``concat_episode``, ``get_state``,
-``validate``, ``print``) and ``_multi_agent_episode_fast`` (the sampler's
-``try_add_plain_env_step``).
+``try_add_plain_env_step`` is the sampler's cheaper path for steps where nothing
+hangs. Getters index env steps by default (``env_steps=True``): only agents that
+observed at a requested env step appear there; with ``env_steps=False`` indices
+are each agent's own steps. Setters always take each agent's own steps. The
+env-step <-> agent-step index math lives in ``_agent_timeline`` (pure functions).
+
+A successor (``cut``) or slice is built agent by agent with
+``SingleAgentEpisode.cut``/``slice`` plus the matching window of the env-step
+mapping, so single-agent data (numpy or not, custom data) carries over exactly.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
+
 from envrunners.core import DEFAULT_MODULE_ID
-from envrunners.env._episode_ids import new_episode_id
-from envrunners.env._multi_agent_episode_access import MultiAgentAccessMixin
-from envrunners.env._multi_agent_episode_fast import MultiAgentFastStepMixin, new_agent_episode
-from envrunners.env._multi_agent_episode_index import (
-    _M,
+from envrunners.env._agent_timeline import (
+    ACTIONS,
+    EXTRA,
+    INFOS,
+    NOT_GIVEN,
+    OBS,
+    REWARDS,
     SKIP_ENV_TS_TAG,
-    space_for,
-    truncated_without_obs,
+    agent_index,
+    as_agent_list,
+    env_step_positions,
+    last_obs_position,
+    split_by_agent,
 )
-from envrunners.env._multi_agent_episode_ops import MultiAgentOpsMixin
-from envrunners.env.single_agent_episode import SingleAgentEpisode
+from envrunners.env._episode_ids import new_episode_id
+from envrunners.env.single_agent_episode import (
+    REWARD_SPACE,
+    SingleAgentEpisode,
+    check_successor,
+    slice_only,
+)
 from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 from envrunners.errors import MultiAgentEnvError
+from envrunners.utils.spaces import (
+    get_base_struct_from_space,
+    gym_space_from_dict,
+    gym_space_to_dict,
+)
 
 if TYPE_CHECKING:
     from envrunners.policy.sample_batch import MultiAgentBatch
@@ -68,7 +89,98 @@ def _flags(value: Any) -> tuple[dict, bool]:
     return {}, bool(value)
 
 
-class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFastStepMixin):
+def _space_for(spaces: Any, agent_id: Any) -> Any:
+    """Return the space of ``agent_id`` from a dict (or ``gym.spaces.Dict``) of spaces."""
+    if not spaces:
+        return None
+    return spaces.get(agent_id) if hasattr(spaces, "get") else None
+
+
+def _truncated_without_obs(aid: Any, env_t: int) -> str:
+    """Return the error message for an agent truncated without a last observation."""
+    return (
+        f"Agent {aid!r} was truncated at env step {env_t} without a last observation! "
+        "A truncated agent needs its final observation (for value bootstrapping): "
+        "return one for it in that step's observations."
+    )
+
+
+def _buffer_of(sa: SingleAgentEpisode, what: str, key: str | None) -> InfiniteLookbackBuffer | None:
+    """Return the single-agent buffer holding ``what`` (None for a missing extra key)."""
+    if what == EXTRA:
+        return sa.extra_model_outputs.get(key)
+    return getattr(sa, what)
+
+
+_REWARD_STRUCT = get_base_struct_from_space(REWARD_SPACE)
+#: The attributes ``new_agent_episode`` sets; if ``SingleAgentEpisode`` changes
+#: them, it uses the constructor instead.
+_SA_SLOTS = frozenset(
+    (
+        "id_ agent_id module_id multi_agent_episode_id observations infos actions rewards "
+        "extra_model_outputs is_terminated is_truncated t_started t _observation_space "
+        "_action_space _last_added_observation _last_added_infos _start_time "
+        "_last_step_time _custom_data"
+    ).split()
+)
+_SA_FAST = frozenset(SingleAgentEpisode.__slots__) == _SA_SLOTS
+
+
+def new_agent_episode(
+    id_: str | None,
+    observation: Any,
+    info: dict,
+    observation_space: Any,
+    action_space: Any,
+    agent_id: Any,
+    module_id: Any,
+    multi_agent_episode_id: str,
+) -> SingleAgentEpisode:
+    """``SingleAgentEpisode(...)`` followed by ``add_env_reset(observation, info)``.
+
+    Why: a multi-agent episode starts one agent episode per agent; the generic
+    constructor (argument checks, ``validate()``) costs several times this direct
+    construction of the same empty, list-based, reset episode.
+    """
+    if not _SA_FAST:
+        sa = SingleAgentEpisode(
+            id_,
+            observation_space=observation_space,
+            action_space=action_space,
+            agent_id=agent_id,
+            module_id=module_id,
+            multi_agent_episode_id=multi_agent_episode_id,
+        )
+        sa.add_env_reset(observation, info)
+        return sa
+    raw = InfiniteLookbackBuffer._raw
+    sa = object.__new__(SingleAgentEpisode)
+    sa.id_ = id_ or new_episode_id()
+    sa.agent_id = agent_id
+    sa.module_id = module_id
+    sa.multi_agent_episode_id = multi_agent_episode_id
+    obs_struct = (
+        None if observation_space is None else get_base_struct_from_space(observation_space)
+    )
+    act_struct = None if action_space is None else get_base_struct_from_space(action_space)
+    sa.observations = raw([observation], 0, observation_space, obs_struct, False)
+    sa.infos = raw([info], 0, None, None, False)
+    sa.actions = raw([], 0, action_space, act_struct, False)
+    sa.rewards = raw([], 0, REWARD_SPACE, _REWARD_STRUCT, False)
+    sa.extra_model_outputs = {}
+    sa._observation_space = observation_space
+    sa._action_space = action_space
+    sa.is_terminated = sa.is_truncated = False
+    sa.t_started = sa.t = 0
+    sa._last_added_observation = observation
+    sa._last_added_infos = info
+    sa._start_time = time.perf_counter()
+    sa._last_step_time = None
+    sa._custom_data = {}
+    return sa
+
+
+class MultiAgentEpisode:
     """A chunk of a multi-agent episode: one ``SingleAgentEpisode`` per agent.
 
     Why: the unit ``MultiAgentEnvRunner.sample()`` returns; see the module
@@ -177,6 +289,118 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
                 len_lookback_buffer,
             )
 
+    def _init_from_data(
+        self,
+        observations: list[MultiAgentDict],
+        infos: list[MultiAgentDict] | None,
+        actions: list[MultiAgentDict] | None,
+        rewards: list[MultiAgentDict] | None,
+        extra_model_outputs: list[MultiAgentDict] | None,
+        term_flags: dict,
+        trunc_flags: dict,
+        len_lookback_buffer: int | str,
+    ) -> None:
+        """Fill the episode from per-env-step lists (see ``__init__``)."""
+        num_steps = len(rewards) if rewards is not None else len(observations) - 1
+        actions = list(actions) if actions is not None else [{} for _ in range(num_steps)]
+        rewards = list(rewards) if rewards is not None else [{} for _ in range(num_steps)]
+        infos = list(infos) if infos is not None else [{} for _ in observations]
+        extras = (
+            list(extra_model_outputs)
+            if extra_model_outputs is not None
+            else [{} for _ in range(num_steps)]
+        )
+        sizes = {
+            "observations": (len(observations), num_steps + 1),
+            "infos": (len(infos), num_steps + 1),
+            "actions": (len(actions), num_steps),
+            "extra_model_outputs": (len(extras), num_steps),
+        }
+        bad = [
+            f"len({k})={got} (expected {want})" for k, (got, want) in sizes.items() if got != want
+        ]
+        if bad:
+            raise MultiAgentEnvError(
+                f"Inconsistent MultiAgentEpisode data for {num_steps} env steps "
+                f"(len(rewards)): " + ", ".join(bad) + "."
+            )
+        if len_lookback_buffer == "auto":
+            lookback = num_steps
+        elif isinstance(len_lookback_buffer, int) and len_lookback_buffer >= 0:
+            lookback = min(len_lookback_buffer, num_steps)
+        else:
+            raise ValueError(
+                f"len_lookback_buffer must be 'auto' or an int >= 0, got {len_lookback_buffer!r}."
+            )
+        self._len_lookback_buffers = lookback
+        self.env_t = self.env_t_started + num_steps - lookback
+        all_done = self.is_terminated or self.is_truncated
+        columns = split_by_agent(observations, infos, actions, rewards, extras, lookback)
+        for aid, c in columns.items():
+            # An agent's own flags win; an agent not done by them ends with the episode.
+            term = bool(term_flags.get(aid, False))
+            trunc = bool(trunc_flags.get(aid, False))
+            if not (term or trunc):
+                term, trunc = self.is_terminated, self.is_truncated
+            if not c.observations:
+                if c.has_begin_reward and not (term or trunc or all_done):
+                    self._hanging_rewards_begin[aid] = c.begin_reward
+                continue
+            if c.has_pending_action and (term or trunc):
+                if not term:
+                    raise MultiAgentEnvError(_truncated_without_obs(aid, self.env_t))
+                # Terminated while waiting: close the step on a copy of the last obs.
+                c.actions.append(c.pending_action)
+                c.rewards.append(c.pending_reward)
+                for k, v in c.pending_extras.items():
+                    c.extras.setdefault(k, []).append(v)
+                c.observations.append(c.observations[-1])
+                c.infos.append(c.infos[-1])
+                c.obs_positions.append(num_steps)
+                c.has_pending_reward = False
+                c.pending_action = NOT_GIVEN
+            for k, v in c.extras.items():
+                if len(v) != len(c.actions):
+                    raise MultiAgentEnvError(
+                        f"Agent {aid!r}: extra model output {k!r} is given for {len(v)} of "
+                        f"its {len(c.actions)} steps; give it for every step or none."
+                    )
+            n_lb = max(sum(1 for p in c.obs_positions if p <= lookback) - 1, 0)
+            t_started = int(self.agent_t_started[aid])
+            sa = SingleAgentEpisode(
+                self._agent_episode_ids.get(aid),
+                observations=c.observations,
+                observation_space=_space_for(self.observation_space, aid),
+                infos=c.infos,
+                actions=c.actions,
+                action_space=_space_for(self.action_space, aid),
+                rewards=c.rewards,
+                terminated=term,
+                truncated=trunc,
+                extra_model_outputs=c.extras,
+                t_started=t_started,
+                len_lookback_buffer=n_lb,
+                agent_id=aid,
+                module_id=self.module_for(aid),
+                multi_agent_episode_id=self.id_,
+            )
+            self.agent_episodes[aid] = sa
+            mapping: list[Any] = [SKIP_ENV_TS_TAG] * (num_steps + 1)
+            for k, p in enumerate(c.obs_positions):
+                mapping[p] = t_started - n_lb + k
+            self._env_t_to_agent_t[aid] = InfiniteLookbackBuffer(data=mapping, lookback=lookback)
+            if c.has_begin_reward:
+                self._hanging_rewards_begin[aid] = c.begin_reward
+            if sa.is_done:
+                self._done_agent_ids.add(aid)
+                continue
+            if c.has_pending_action:
+                self._hanging_actions_end[aid] = c.pending_action
+                self._hanging_extra_model_outputs_end[aid] = c.pending_extras
+            if c.has_pending_reward:
+                self._hanging_rewards_end[aid] = c.pending_reward
+        self._update_all_done()
+
     # ------------------------------------------------------------ properties
     @property
     def env_t_to_agent_t(self) -> dict[Any, InfiniteLookbackBuffer]:
@@ -233,8 +457,8 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
 
     def module_for(self, agent_id: Any) -> Any:
         """Return the module id acting for ``agent_id`` (fixed for the whole episode)."""
-        mid = self._agent_to_module_mapping.get(agent_id, _M)
-        if mid is _M:
+        mid = self._agent_to_module_mapping.get(agent_id, NOT_GIVEN)
+        if mid is NOT_GIVEN:
             mid = self.agent_to_module_mapping_fn(agent_id, self)
             self._agent_to_module_mapping[agent_id] = mid
         return mid
@@ -325,9 +549,9 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
         # Pass 1: check every agent before changing anything.
         plan = []
         for aid in agent_ids:
-            obs = observations.get(aid, _M)
-            act = actions.get(aid, _M)
-            rew = rewards.get(aid, _M)
+            obs = observations.get(aid, NOT_GIVEN)
+            act = actions.get(aid, NOT_GIVEN)
+            rew = rewards.get(aid, NOT_GIVEN)
             term = all_term or bool(terminateds.get(aid, False))
             trunc = all_trunc or bool(truncateds.get(aid, False))
             sa = self.agent_episodes.get(aid)
@@ -342,17 +566,17 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
         hanging_actions = self._hanging_actions_end
         for aid, sa, obs, act, rew, term, trunc in plan:
             if sa is None:
-                if rew is not _M:
+                if rew is not NOT_GIVEN:
                     self._hanging_rewards_begin[aid] = (
                         self._hanging_rewards_begin.get(aid, 0.0) + rew
                     )
                 if term or trunc:
                     self._drop(aid)  # never observed before its end: it never stepped
-                elif obs is not _M:
+                elif obs is not NOT_GIVEN:
                     self._new_agent(aid, obs, infos.get(aid), pos)
                 continue
-            if act is not _M:
-                if obs is not _M:  # case 1
+            if act is not NOT_GIVEN:
+                if obs is not NOT_GIVEN:  # case 1
                     self._complete(
                         aid, sa, obs, infos.get(aid), act, extra.get(aid), rew, term, trunc, pos
                     )
@@ -361,12 +585,12 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
                 else:  # case 3: the action hangs
                     hanging_actions[aid] = act
                     self._hanging_extra_model_outputs_end[aid] = extra.get(aid) or {}
-                    if rew is not _M:
+                    if rew is not NOT_GIVEN:
                         self._hanging_rewards_end[aid] = (
                             self._hanging_rewards_end.get(aid, 0.0) + rew
                         )
             elif aid in hanging_actions:
-                if obs is not _M:  # case 2
+                if obs is not NOT_GIVEN:  # case 2
                     act = hanging_actions.pop(aid)
                     ext = self._hanging_extra_model_outputs_end.pop(aid, None)
                     self._complete(aid, sa, obs, infos.get(aid), act, ext, rew, term, trunc, pos)
@@ -374,19 +598,16 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
                     act = hanging_actions.pop(aid)
                     ext = self._hanging_extra_model_outputs_end.pop(aid, None)
                     self._complete_on_last_obs(aid, sa, act, ext, rew, trunc, pos)
-                elif rew is not _M:  # case 4
+                elif rew is not NOT_GIVEN:  # case 4
                     self._hanging_rewards_end[aid] = self._hanging_rewards_end.get(aid, 0.0) + rew
             elif term or trunc:
                 # Done while its last observation still waits for an action: that
                 # observation becomes its last; pending rewards have no step to go to.
                 sa.is_terminated = sa.is_terminated or term
                 sa.is_truncated = sa.is_truncated or trunc
-                self._hanging_rewards_end.pop(aid, None)
-                if aid in self._carried_begin:
-                    self._carried_begin.discard(aid)
-                    self._hanging_rewards_begin.pop(aid, None)
+                self._drop_pending(aid)
                 self._done_agent_ids.add(aid)
-            elif rew is not _M:  # case 4: waiting to act
+            elif rew is not NOT_GIVEN:  # case 4: waiting to act
                 self._hanging_rewards_end[aid] = self._hanging_rewards_end.get(aid, 0.0) + rew
 
         self.is_terminated = all_term
@@ -408,7 +629,7 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
         env_t: int,
     ) -> None:
         """Raise ``MultiAgentEnvError`` if this agent's part of a step breaks the protocol."""
-        has_obs, has_act, has_rew = obs is not _M, act is not _M, rew is not _M
+        has_obs, has_act, has_rew = obs is not NOT_GIVEN, act is not NOT_GIVEN, rew is not NOT_GIVEN
         if sa is not None and sa.is_done:
             if has_obs or has_act or has_rew:
                 what = [
@@ -439,7 +660,7 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
                     f"{env_t} but did NOT receive any reward! Give it a reward (0.0 if none)."
                 )
             if not has_obs and trunc and not term:
-                raise MultiAgentEnvError(truncated_without_obs(aid, env_t))
+                raise MultiAgentEnvError(_truncated_without_obs(aid, env_t))
         elif sa is not None:
             if has_obs and not hanging:
                 raise MultiAgentEnvError(
@@ -448,7 +669,7 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
                     "`get_agents_to_act()`."
                 )
             if not has_obs and hanging and trunc and not term:
-                raise MultiAgentEnvError(truncated_without_obs(aid, env_t))
+                raise MultiAgentEnvError(_truncated_without_obs(aid, env_t))
 
     def _new_agent(self, aid: Any, obs: Any, info: Any, pos: int) -> None:
         """Start ``aid``'s episode with its first observation at mapping position ``pos``."""
@@ -456,8 +677,8 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
             self._agent_episode_ids.get(aid),
             obs,
             info if info is not None else {},
-            space_for(self.observation_space, aid),
-            space_for(self.action_space, aid),
+            _space_for(self.observation_space, aid),
+            _space_for(self.action_space, aid),
             aid,
             self.module_for(aid),
             self.id_,
@@ -486,9 +707,9 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
         pos: int,
     ) -> None:
         """Add one agent step (all pending rewards included) and its mapping entry."""
-        reward = 0.0 if rew is _M else rew
-        pending = self._hanging_rewards_end.pop(aid, _M)
-        if pending is not _M:
+        reward = 0.0 if rew is NOT_GIVEN else rew
+        pending = self._hanging_rewards_end.pop(aid, NOT_GIVEN)
+        if pending is not NOT_GIVEN:
             reward = pending + reward
         if aid in self._carried_begin:
             self._carried_begin.discard(aid)
@@ -529,14 +750,41 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
 
     def _drop(self, aid: Any) -> None:
         """Forget every hanging value of an agent that never got its own episode."""
-        for cache in (
-            self._hanging_actions_end,
-            self._hanging_extra_model_outputs_end,
-            self._hanging_rewards_end,
-            self._hanging_rewards_begin,
-        ):
-            cache.pop(aid, None)
-        self._carried_begin.discard(aid)
+        self._drop_pending(aid)
+        self._hanging_rewards_begin.pop(aid, None)
+
+    def _drop_pending(self, aid: Any) -> None:
+        """Forget what waits for ``aid``'s next step: a hanging action and its rewards.
+
+        A reward carried from a predecessor (``_carried_begin``) waits for that step
+        too and goes with them; rewards from before a first observation stay.
+        """
+        self._hanging_actions_end.pop(aid, None)
+        self._hanging_extra_model_outputs_end.pop(aid, None)
+        self._hanging_rewards_end.pop(aid, None)
+        if aid in self._carried_begin:
+            self._carried_begin.discard(aid)
+            self._hanging_rewards_begin.pop(aid, None)
+
+    def _pending_reward(self, aid: Any) -> Any:
+        """Return the reward that ``aid``'s next completed step gets (NOT_GIVEN if none).
+
+        The carry rule of ``cut`` and ``concat_episode``: rewards since the
+        agent's last observation, plus a reward carried from a predecessor.
+        """
+        pending = self._hanging_rewards_end.get(aid, NOT_GIVEN)
+        if aid in self._carried_begin:
+            carried = self._hanging_rewards_begin[aid]
+            pending = carried if pending is NOT_GIVEN else carried + pending
+        return pending
+
+    def _copy_hanging_action(self, source: MultiAgentEpisode, aid: Any) -> None:
+        """Take over ``source``'s hanging action of ``aid`` (and its extra outputs), if any."""
+        if aid in source._hanging_actions_end:
+            self._hanging_actions_end[aid] = source._hanging_actions_end[aid]
+            self._hanging_extra_model_outputs_end[aid] = dict(
+                source._hanging_extra_model_outputs_end.get(aid) or {}
+            )
 
     def _update_all_done(self) -> None:
         """Mark the episode terminated once every known agent is done; then tidy up.
@@ -562,6 +810,452 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
         if missing > 0:
             data.extend([SKIP_ENV_TS_TAG] * missing)
         return data
+
+    def try_add_plain_env_step(
+        self,
+        observations: dict,
+        actions: dict,
+        rewards: dict,
+        infos: dict,
+        terminateds: dict,
+        truncateds: dict,
+        extra_model_outputs: dict,
+        now: float,
+    ) -> bool:
+        """Record the step like ``add_env_step`` if it is plain; else change nothing.
+
+        Plain: the episode is ongoing and has no hanging actions or rewards; the
+        agents that observe are exactly those that acted and got a reward, each
+        has a (list-based, not done) agent episode; ``terminateds``/``truncateds``
+        name exactly these agents (plus ``__all__``); if ``__all__`` ends the
+        episode, every other agent is done already.
+
+        Args:
+            observations, actions, rewards, infos, terminateds, truncateds,
+                extra_model_outputs: As for ``add_env_step`` (dicts, not None),
+                except that an agent's extra model outputs may also be a pair
+                ``(keys, values)`` (the sampler's cheaper form of a dict).
+            now: ``time.perf_counter()`` of this step (the last-step timestamp).
+
+        Returns:
+            Whether the step was recorded.
+        """
+        if (
+            self.is_terminated
+            or self.is_truncated
+            or self._hanging_actions_end
+            or self._hanging_rewards_end
+            or self._hanging_rewards_begin
+            or self._carried_begin
+        ):
+            return False
+        all_term = bool(terminateds.get(_ALL, False))
+        all_trunc = bool(truncateds.get(_ALL, False))
+        if not (
+            isinstance(observations, dict)
+            and isinstance(rewards, dict)
+            and isinstance(terminateds, dict)
+            and isinstance(truncateds, dict)
+        ):
+            return False  # add_env_step raises its own errors for odd types
+        keys = observations.keys()
+        # Same agents everywhere (C-level key-set comparisons); the flag dicts may
+        # also hold "__all__", and name an agent only if it observed.
+        if not (
+            keys == actions.keys()
+            and keys == rewards.keys()
+            and terminateds.keys() >= keys
+            and truncateds.keys() >= keys
+            and len(terminateds) - (_ALL in terminateds) == len(keys)
+            and len(truncateds) - (_ALL in truncateds) == len(keys)
+        ):
+            return False
+        episodes = self.agent_episodes
+        agents = []
+        for aid in keys:
+            sa = episodes.get(aid)
+            if (
+                sa is None
+                or sa.is_terminated
+                or sa.is_truncated
+                or sa.observations.finalized
+                or sa.actions.finalized
+                or sa.rewards.finalized
+                or sa.infos.finalized
+            ):
+                return False
+            agents.append(sa)
+        if (all_term or all_trunc) and len(agents) < len(episodes):
+            # The episode ends: an agent that does not observe now must be done already.
+            if not all(sa.is_done for aid, sa in episodes.items() if aid not in keys):
+                return False
+
+        env_t = self.env_t = self.env_t + 1
+        stepped = self._stepped_cache = []
+        pos = self._len_lookback_buffers + env_t - self.env_t_started
+        mappings = self._env_t_to_agent_t
+        new_buffer = InfiniteLookbackBuffer._raw
+        for (aid, obs), sa in zip(observations.items(), agents):
+            act, rew = actions[aid], rewards[aid]
+            term = all_term or bool(terminateds[aid])
+            trunc = all_trunc or bool(truncateds[aid])
+            info = infos.get(aid)
+            if info is None:
+                info = {}
+            # = SingleAgentEpisode.add_env_step on list buffers
+            sa.observations.data.append(obs)
+            sa.actions.data.append(act)
+            sa.rewards.data.append(rew)
+            sa.infos.data.append(info)
+            t = sa.t = sa.t + 1
+            ext = extra_model_outputs.get(aid)
+            if ext:
+                bufs = sa.extra_model_outputs
+                for key, value in ext.items() if type(ext) is dict else zip(*ext):
+                    buf = bufs.get(key)
+                    if buf is None:  # = InfiniteLookbackBuffer([value])
+                        bufs[key] = new_buffer([value], 0, None, None, False)
+                    elif buf.finalized:
+                        buf.append(value)
+                    else:
+                        buf.data.append(value)
+            sa.is_terminated = term
+            sa.is_truncated = trunc
+            sa._last_added_observation = obs
+            sa._last_added_infos = info
+            sa._last_step_time = now
+            # = the mapping entry of MultiAgentEpisode._complete
+            data = mappings[aid].data
+            missing = pos - len(data)
+            if missing > 0:
+                data.extend([SKIP_ENV_TS_TAG] * missing)
+            data.append(t)
+            stepped.append(aid)
+            if term or trunc:
+                self._done_agent_ids.add(aid)
+        self.is_terminated = all_term
+        self.is_truncated = all_trunc
+        if all_term or all_trunc or len(self._done_agent_ids) >= len(episodes):
+            self._update_all_done()  # (a no-op otherwise)
+        self._last_step_time = now
+        if self._start_time is None:
+            self._start_time = now
+        return True
+
+    # --------------------------------------------------------------- getters
+    def get_observations(
+        self,
+        indices: Any = None,
+        agent_ids: Any = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+        return_list: bool = False,
+    ) -> MultiAgentDict | list[MultiAgentDict]:
+        """Return observations by env step (default) or by each agent's own step.
+
+        With ``env_steps=True`` only agents that observed at a requested env step
+        appear there (unless ``fill`` is given, which pads every requested agent).
+
+        Args:
+            indices: None (the whole chunk), an int, a list of ints or a slice.
+            agent_ids: None (all agents), one agent id or a collection of them.
+            env_steps: Read ``indices`` as env steps (True) or agent steps.
+            neg_index_as_lookback: Negative indices reach into the lookback.
+            fill: Pad out-of-range or skipped positions with this value.
+            one_hot_discrete: One-hot encode discrete observations.
+            return_list: Return a list with one ``{agent_id: obs}`` per env step.
+
+        Returns:
+            ``{agent_id: obs or batch}``, or a list of ``{agent_id: obs}``.
+
+        Example:
+            After the reset ``{a: 0, b: 0}`` and a step in which only ``a``
+            observed ``1``: ``get_observations(-1) == {"a": 1}`` and
+            ``get_observations([0, 1]) == {"a": [0, 1], "b": [0]}``.
+        """
+        return self._get_data(
+            OBS,
+            indices,
+            agent_ids,
+            env_steps=env_steps,
+            neg_index_as_lookback=neg_index_as_lookback,
+            fill=fill,
+            one_hot_discrete=one_hot_discrete,
+            return_list=return_list,
+        )
+
+    def get_infos(
+        self,
+        indices: Any = None,
+        agent_ids: Any = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: bool = False,
+    ) -> MultiAgentDict | list[MultiAgentDict]:
+        """Return infos (aligned with observations); see ``get_observations``."""
+        return self._get_data(
+            INFOS,
+            indices,
+            agent_ids,
+            env_steps=env_steps,
+            neg_index_as_lookback=neg_index_as_lookback,
+            fill=fill,
+            return_list=return_list,
+        )
+
+    def get_actions(
+        self,
+        indices: Any = None,
+        agent_ids: Any = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+        return_list: bool = False,
+    ) -> MultiAgentDict | list[MultiAgentDict]:
+        """Return actions; env step ``i`` holds the actions sent on observations ``i``.
+
+        An action still hanging (no observation after it yet) is not included;
+        it is in ``_hanging_actions_end``. See ``get_observations`` for the args.
+        """
+        return self._get_data(
+            ACTIONS,
+            indices,
+            agent_ids,
+            env_steps=env_steps,
+            neg_index_as_lookback=neg_index_as_lookback,
+            fill=fill,
+            one_hot_discrete=one_hot_discrete,
+            return_list=return_list,
+        )
+
+    def get_rewards(
+        self,
+        indices: Any = None,
+        agent_ids: Any = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: bool = False,
+    ) -> MultiAgentDict | list[MultiAgentDict]:
+        """Return agent-step rewards; env step ``i`` holds those of agents observing at ``i+1``.
+
+        Hanging (not yet completed) rewards are not included. See
+        ``get_observations`` for the args.
+        """
+        return self._get_data(
+            REWARDS,
+            indices,
+            agent_ids,
+            env_steps=env_steps,
+            neg_index_as_lookback=neg_index_as_lookback,
+            fill=fill,
+            return_list=return_list,
+        )
+
+    def get_extra_model_outputs(
+        self,
+        key: str,
+        indices: Any = None,
+        agent_ids: Any = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: bool = False,
+    ) -> MultiAgentDict | list[MultiAgentDict]:
+        """Return the extra model output ``key`` (aligned with actions); agents without it are left out."""
+        return self._get_data(
+            EXTRA,
+            indices,
+            agent_ids,
+            key=key,
+            env_steps=env_steps,
+            neg_index_as_lookback=neg_index_as_lookback,
+            fill=fill,
+            return_list=return_list,
+        )
+
+    def _get_data(
+        self,
+        what: str,
+        indices: Any,
+        agent_ids: Any,
+        *,
+        key: str | None = None,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+        return_list: bool = False,
+    ) -> Any:
+        """Implement ``get_observations/infos/actions/rewards/extra_model_outputs``.
+
+        Args:
+            what: One of ``OBS``, ``INFOS``, ``ACTIONS``, ``REWARDS``, ``EXTRA``
+                (then ``key`` names the extra model output).
+            indices: None (all of this chunk), an int, a list of ints or a slice.
+            agent_ids: None (all agents), one agent id or a collection of them.
+            key: The extra model output key (``what == EXTRA``).
+            env_steps: Indices are env steps (True) or each agent's own steps (False).
+            neg_index_as_lookback: Negative indices reach into the lookback.
+            fill: Pad out-of-range (and, with ``env_steps``, skipped) positions.
+            one_hot_discrete: One-hot encode discrete observations/actions.
+            return_list: Return a list (one multi-agent dict per env step).
+
+        Returns:
+            A dict ``{agent_id: item or batch}``, or a list of such dicts.
+        """
+        get_kw: dict[str, Any] = {"fill": fill}
+        if what in (OBS, ACTIONS):
+            get_kw["one_hot_discrete"] = one_hot_discrete
+        agents = as_agent_list(agent_ids, self.agent_episodes.keys())
+
+        if not env_steps:
+            if return_list:
+                raise ValueError(
+                    "`return_list=True` needs `env_steps=True` (indices in env steps)."
+                )
+            out = {}
+            for aid in agents:
+                sa = self.agent_episodes.get(aid)
+                buf = None if sa is None else _buffer_of(sa, what, key)
+                if buf is not None:
+                    out[aid] = buf.get(
+                        indices, neg_index_as_lookback=neg_index_as_lookback, **get_kw
+                    )
+            return out
+
+        lookback = self._len_lookback_buffers
+        n_obs = lookback + len(self) + 1
+        n = n_obs if what in (OBS, INFOS) else n_obs - 1
+        positions = env_step_positions(indices, lookback, n, neg_index_as_lookback)
+        single = isinstance(positions, int)
+        if single and return_list:
+            raise ValueError("`return_list=True` needs a list or slice of indices, not an int.")
+        if single and not 0 <= positions < n and fill is None:
+            raise IndexError(
+                f"Env-step index {indices} is out of range: this chunk has {n - lookback} "
+                f"{'observations' if n == n_obs else 'steps'} after a lookback of {lookback} "
+                "(pass fill= to pad)."
+            )
+        if not single and fill is None:
+            positions = [p for p in positions if 0 <= p < n]
+
+        # Per agent: a relative index (or None for "absent") at every requested position.
+        per_agent: dict[Any, tuple[InfiniteLookbackBuffer, list[int | None]]] = {}
+        plist = [positions] if single else positions
+        for aid in agents:
+            sa = self.agent_episodes.get(aid)
+            if sa is None:
+                continue
+            buf = _buffer_of(sa, what, key)
+            if buf is None:
+                continue
+            data = self._mapping_data(aid)
+            t0, num, lb = sa.t_started, len(sa), buf.lookback
+            rels = [agent_index(what, data, p, t0, num, lb) if 0 <= p < n else None for p in plist]
+            per_agent[aid] = (buf, rels)
+
+        far = 1 << 40  # a relative index that is out of range for every buffer (-> fill)
+        if single or return_list:
+            count = 1 if single else len(positions)
+            rows: list[dict[Any, Any]] = [{} for _ in range(count)]
+            for aid, (buf, rels) in per_agent.items():
+                for j, rel in enumerate(rels):
+                    if rel is not None:
+                        rows[j][aid] = buf.get(rel, neg_index_as_lookback=True, **get_kw)
+                    elif fill is not None:
+                        rows[j][aid] = buf.get(far, neg_index_as_lookback=True, **get_kw)
+            return rows[0] if single else rows
+
+        out = {}
+        for aid, (buf, rels) in per_agent.items():
+            if fill is None:
+                wanted = [r for r in rels if r is not None]
+                if not wanted:
+                    continue
+            else:
+                wanted = [far if r is None else r for r in rels]
+            out[aid] = buf.get(wanted, neg_index_as_lookback=True, **get_kw)
+        return out
+
+    # --------------------------------------------------------------- setters
+    def _sa(self, agent_id: Any) -> SingleAgentEpisode:
+        """Return the agent's episode or raise a KeyError naming the known agents."""
+        try:
+            return self.agent_episodes[agent_id]
+        except KeyError:
+            raise KeyError(
+                f"Agent {agent_id!r} has no episode here; agents: {sorted(map(str, self.agent_episodes))}."
+            ) from None
+
+    def set_observations(
+        self,
+        *,
+        new_data: MultiAgentDict,
+        at_indices: Any = None,
+        neg_index_as_lookback: bool = False,
+    ) -> None:
+        """Overwrite observations per agent; ``at_indices`` are each agent's own steps."""
+        self._set_data(OBS, new_data, at_indices, neg_index_as_lookback)
+
+    def set_actions(
+        self,
+        *,
+        new_data: MultiAgentDict,
+        at_indices: Any = None,
+        neg_index_as_lookback: bool = False,
+    ) -> None:
+        """Overwrite actions per agent; ``at_indices`` are each agent's own steps."""
+        self._set_data(ACTIONS, new_data, at_indices, neg_index_as_lookback)
+
+    def set_rewards(
+        self,
+        *,
+        new_data: MultiAgentDict,
+        at_indices: Any = None,
+        neg_index_as_lookback: bool = False,
+    ) -> None:
+        """Overwrite rewards per agent; ``at_indices`` are each agent's own steps."""
+        self._set_data(REWARDS, new_data, at_indices, neg_index_as_lookback)
+
+    def set_extra_model_outputs(
+        self,
+        *,
+        key: str,
+        new_data: MultiAgentDict,
+        at_indices: Any = None,
+        neg_index_as_lookback: bool = False,
+    ) -> None:
+        """Overwrite the extra model output ``key`` per agent (agent-step indices)."""
+        self._set_data(EXTRA, new_data, at_indices, neg_index_as_lookback, key=key)
+
+    def _set_data(
+        self,
+        what: str,
+        new_data: MultiAgentDict,
+        at_indices: Any,
+        neg_index_as_lookback: bool,
+        key: str | None = None,
+    ) -> None:
+        """Implement the setters: write each agent's data into its ``what`` buffer.
+
+        Raises:
+            KeyError: An agent without an episode here, or without extra output ``key``.
+        """
+        for aid, data in new_data.items():
+            buf = _buffer_of(self._sa(aid), what, key)
+            if buf is None:
+                raise KeyError(f"Agent {aid!r} has no extra model output {key!r}.")
+            buf.set(data, at_indices=at_indices, neg_index_as_lookback=neg_index_as_lookback)
 
     # ------------------------------------------------------------- queries
     def get_terminateds(self) -> MultiAgentDict:
@@ -639,3 +1333,384 @@ class MultiAgentEpisode(MultiAgentAccessMixin, MultiAgentOpsMixin, MultiAgentFas
 
         batches = {aid: sa.get_sample_batch() for aid, sa in self.agent_episodes.items() if len(sa)}
         return MultiAgentBatch(batches, env_steps=len(self))
+
+    # ------------------------------------------------------------- chunking
+    def to_numpy(self) -> MultiAgentEpisode:
+        """Turn every agent's step data into numpy arrays (``SingleAgentEpisode.to_numpy``)."""
+        for sa in self.agent_episodes.values():
+            sa.to_numpy()
+        return self
+
+    def cut(self, len_lookback_buffer: int = 0) -> MultiAgentEpisode:
+        """Return the empty successor chunk that continues this ongoing episode.
+
+        The lookback grows beyond ``len_lookback_buffer`` where needed so that
+        every ongoing agent's last observation is in it (an agent with a hanging
+        action continues from there). The successor has the same id,
+        ``env_t_started == self.env_t``, each agent continues at its own ``t``,
+        hanging actions carry over, and this chunk's ``_hanging_rewards_end``
+        becomes the successor's ``_hanging_rewards_begin`` (added to the agent's
+        next completed step).
+
+        Raises:
+            RuntimeError: The episode is already done.
+            ValueError: ``len_lookback_buffer < 0``.
+        """
+        if self.is_done:
+            raise RuntimeError(
+                "Can't call `MultiAgentEpisode.cut()` when the episode is already done!"
+            )
+        if len_lookback_buffer < 0:
+            raise ValueError(f"len_lookback_buffer must be >= 0, got {len_lookback_buffer}.")
+        n = len(self)
+        return self._sub_episode(n, n, int(len_lookback_buffer), cut=True)
+
+    def slice(self, slice_: slice, *, len_lookback_buffer: int | None = None) -> MultiAgentEpisode:
+        """Return env steps ``slice_`` of this chunk as a new chunk (data is copied).
+
+        An agent that acted before the slice ends but observes only after it gets
+        that action as hanging; its reward belongs to the later slice. The done
+        flags are kept only if the slice reaches the end. Like ``cut``, the
+        lookback grows so that agents ongoing at the slice start keep their last
+        observation.
+
+        Raises:
+            ValueError: A slice step other than 1 or a negative lookback.
+        """
+        if slice_.step not in (None, 1):
+            raise ValueError(f"MultiAgentEpisode.slice() needs step 1, got {slice_.step}.")
+        start, stop, _ = slice_.indices(len(self))
+        lb = self._len_lookback_buffers if len_lookback_buffer is None else int(len_lookback_buffer)
+        if lb < 0:
+            raise ValueError(f"len_lookback_buffer must be >= 0, got {lb}.")
+        return self._sub_episode(start, max(stop, start), lb, cut=False)
+
+    def __getitem__(self, item: slice) -> MultiAgentEpisode:
+        """Return ``self.slice(item)``; only slices are supported.
+
+        Raises:
+            NotImplementedError: For anything but a slice.
+        """
+        return slice_only(self, item)
+
+    def _sub_episode(self, start: int, stop: int, lookback: int, *, cut: bool) -> MultiAgentEpisode:
+        """Build the chunk of env steps ``[start, stop)`` (``cut``: the successor)."""
+        n = len(self)
+        p0 = self._len_lookback_buffers + start
+        p1 = self._len_lookback_buffers + stop
+        lookback = min(lookback, p0)
+        for aid, sa in self.agent_episodes.items():  # grow: ongoing agents keep their last obs
+            data = self._mapping_data(aid)
+            q = last_obs_position(data, p0)
+            if q is not None and not (sa.is_done and last_obs_position(data) == q):
+                lookback = max(lookback, p0 - q)
+        w0 = p0 - lookback
+        new = type(self)(
+            self.id_,
+            observation_space=self.observation_space,
+            action_space=self.action_space,
+            env_t_started=self.env_t_started + start,
+            agent_episode_ids=self._agent_episode_ids,
+            agent_module_ids=self._agent_to_module_mapping,
+            agent_to_module_mapping_fn=self.agent_to_module_mapping_fn,
+        )
+        new._len_lookback_buffers = lookback
+        new.env_t = new.env_t_started + stop - start
+        for aid, sa in self.agent_episodes.items():
+            data = self._mapping_data(aid)
+            window = data[w0 : p1 + 1]
+            steps = [(p, v) for p, v in enumerate(window, w0) if v != SKIP_ENV_TS_TAG]
+            if not steps:
+                continue
+            before = [s for s in steps if s[0] <= p0]
+            q0, v0 = before[-1] if before else steps[0]
+            v1 = steps[-1][1]
+            k = sum(1 for p, _ in steps if p < q0)
+            s, e = v0 - sa.t_started, v1 - sa.t_started
+            if cut and not sa.is_done:
+                new_sa = sa.cut(len_lookback_buffer=k)
+            else:
+                new_sa = sa.slice(slice(s, e), len_lookback_buffer=k)
+            new.agent_episodes[aid] = new_sa
+            new.agent_t_started[aid] = new_sa.t_started
+            new._agent_episode_ids[aid] = sa.id_
+            new._env_t_to_agent_t[aid] = InfiniteLookbackBuffer(data=window, lookback=lookback)
+            if not cut and aid in self._hanging_rewards_begin:
+                # A carried reward waits for the step pending at the end; rewards before
+                # the first observation go with the slice that holds that observation.
+                if aid in self._carried_begin:
+                    if stop == n:
+                        new._hanging_rewards_begin[aid] = self._hanging_rewards_begin[aid]
+                        new._carried_begin.add(aid)
+                else:
+                    first = next(p for p, v in enumerate(data) if v != SKIP_ENV_TS_TAG)
+                    if p0 < first <= p1 or (start == 0 and first <= p1):
+                        new._hanging_rewards_begin[aid] = self._hanging_rewards_begin[aid]
+            if new_sa.is_done:
+                new._done_agent_ids.add(aid)
+                continue
+            self._carry_hanging(aid, sa, new, e, stop == n, cut)
+        if cut or stop == n:
+            for aid, r in self._hanging_rewards_begin.items():
+                if aid not in self.agent_episodes:  # still waiting for a first observation
+                    new._hanging_rewards_begin[aid] = r
+        new._custom_data = copy.deepcopy(self._custom_data)
+        if cut:
+            new._start_time = self._last_step_time or self._start_time
+        else:
+            if stop == n:
+                new.is_terminated, new.is_truncated = self.is_terminated, self.is_truncated
+            new._start_time, new._last_step_time = self._start_time, self._last_step_time
+        return new
+
+    def _carry_hanging(
+        self,
+        aid: Any,
+        sa: SingleAgentEpisode,
+        new: MultiAgentEpisode,
+        e: int,
+        at_end: bool,
+        cut: bool,
+    ) -> None:
+        """Set ``aid``'s hanging values in a sub-episode ``new`` of this one."""
+        if cut:
+            new._copy_hanging_action(self, aid)
+            pending = self._pending_reward(aid)
+            if pending is not NOT_GIVEN:
+                new._hanging_rewards_begin[aid] = pending
+                new._carried_begin.add(aid)
+            return
+        if e < len(sa):  # acted in the slice, observes only after it
+            new._hanging_actions_end[aid] = sa.actions.get(e)
+            new._hanging_extra_model_outputs_end[aid] = {
+                k: b.get(e) for k, b in sa.extra_model_outputs.items()
+            }
+        elif at_end:
+            new._copy_hanging_action(self, aid)
+            if aid in self._hanging_rewards_end:
+                new._hanging_rewards_end[aid] = self._hanging_rewards_end[aid]
+
+    def concat_episode(self, other: MultiAgentEpisode) -> None:
+        """Append the successor chunk ``other`` (e.g. from ``cut()``) to this one, in place.
+
+        Agents only in ``other`` are adopted; agents done here are skipped; the
+        others are concatenated per agent. ``other``'s hanging values replace ours.
+
+        Raises:
+            AssertionError: Different ids, this chunk is done, or ``self.env_t !=
+                other.env_t_started``.
+        """
+        check_successor(self, other, "env_t", self.env_t, other.env_t_started)
+        lb_self, lb_other = self._len_lookback_buffers, other._len_lookback_buffers
+        for aid, osa in other.agent_episodes.items():
+            odata = other._mapping_data(aid)
+            sa = self.agent_episodes.get(aid)
+            if sa is not None and sa.is_done:
+                continue
+            adopted = sa is None
+            if sa is not None:
+                sa.concat_episode(osa)
+                self._mapping_data(aid).extend(odata[lb_other + 1 :])
+            else:
+                self.agent_episodes[aid] = osa
+                self.agent_t_started[aid] = osa.t_started
+                head = [SKIP_ENV_TS_TAG] * (lb_self + len(self))
+                self._env_t_to_agent_t[aid] = InfiniteLookbackBuffer(
+                    data=head + list(odata[lb_other:]), lookback=lb_self
+                )
+                if aid in other._agent_to_module_mapping:
+                    self._agent_to_module_mapping.setdefault(
+                        aid, other._agent_to_module_mapping[aid]
+                    )
+            # Other's hanging state replaces ours for this agent.
+            self._drop_pending(aid)
+            self._copy_hanging_action(other, aid)
+            pending = other._pending_reward(aid)
+            if pending is not NOT_GIVEN:
+                self._hanging_rewards_end[aid] = pending
+            begin = other._hanging_rewards_begin.get(aid, NOT_GIVEN)
+            if aid in other._carried_begin or begin is NOT_GIVEN:
+                if adopted:
+                    self._hanging_rewards_begin.pop(aid, None)
+            elif adopted:  # `other` already holds what we had before its first obs
+                self._hanging_rewards_begin[aid] = begin
+            else:
+                self._hanging_rewards_begin[aid] = self._hanging_rewards_begin.get(aid, 0.0) + begin
+        # Agents still without an observation: `other` (a successor) has the full tally,
+        # or has dropped them (they ended before observing).
+        for aid in [a for a in self._hanging_rewards_begin if a not in self.agent_episodes]:
+            if aid not in other._hanging_rewards_begin:
+                del self._hanging_rewards_begin[aid]
+        for aid, r in other._hanging_rewards_begin.items():
+            if aid not in other.agent_episodes:
+                self._hanging_rewards_begin[aid] = r
+        self.env_t = other.env_t
+        self.is_terminated = other.is_terminated
+        self.is_truncated = other.is_truncated
+        self._custom_data.update(other._custom_data)
+        if other._last_step_time is not None:
+            self._last_step_time = other._last_step_time
+        self._done_agent_ids = {aid for aid, sa in self.agent_episodes.items() if sa.is_done}
+        self._stepped_cache = None
+        self._update_all_done()
+        self.validate()
+
+    # ----------------------------------------------------------------- state
+    def get_state(self) -> dict[str, Any]:
+        """Return the episode as plain data (no pickle); ``from_state`` restores it.
+
+        The mapping function is not part of the state (the per-agent module ids
+        are); pass it to ``from_state`` if new agents may still appear.
+        """
+        return {
+            "id_": self.id_,
+            "agent_to_module_mapping": dict(self._agent_to_module_mapping),
+            "observation_space": _spaces_to_state(self.observation_space),
+            "action_space": _spaces_to_state(self.action_space),
+            "env_t_started": self.env_t_started,
+            "env_t": self.env_t,
+            "agent_t_started": dict(self.agent_t_started),
+            "env_t_to_agent_t": {aid: b.get_state() for aid, b in self.env_t_to_agent_t.items()},
+            "agent_episode_ids": dict(self._agent_episode_ids),
+            "hanging_actions_end": dict(self._hanging_actions_end),
+            "hanging_extra_model_outputs_end": {
+                aid: dict(v) for aid, v in self._hanging_extra_model_outputs_end.items()
+            },
+            "hanging_rewards_end": dict(self._hanging_rewards_end),
+            "hanging_rewards_begin": dict(self._hanging_rewards_begin),
+            "carried_begin": list(self._carried_begin),
+            "is_terminated": self.is_terminated,
+            "is_truncated": self.is_truncated,
+            "agent_episodes": {aid: sa.get_state() for aid, sa in self.agent_episodes.items()},
+            "start_time": self._start_time,
+            "last_step_time": self._last_step_time,
+            "len_lookback_buffers": self._len_lookback_buffers,
+            "custom_data": dict(self._custom_data),
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: dict[str, Any], *, agent_to_module_mapping_fn: Callable[..., Any] | None = None
+    ) -> MultiAgentEpisode:
+        """Rebuild an episode from ``get_state()`` output (and validate it)."""
+        ep = cls(
+            state["id_"],
+            observation_space=_spaces_from_state(state.get("observation_space")),
+            action_space=_spaces_from_state(state.get("action_space")),
+            env_t_started=state["env_t_started"],
+            agent_t_started=state.get("agent_t_started"),
+            agent_episode_ids=state.get("agent_episode_ids"),
+            agent_module_ids=state.get("agent_to_module_mapping"),
+            agent_to_module_mapping_fn=agent_to_module_mapping_fn,
+        )
+        ep.env_t = int(state["env_t"])
+        ep._len_lookback_buffers = int(state.get("len_lookback_buffers", 0))
+        ep._env_t_to_agent_t = {
+            aid: InfiniteLookbackBuffer.from_state(s)
+            for aid, s in state["env_t_to_agent_t"].items()
+        }
+        ep.agent_episodes = {
+            aid: SingleAgentEpisode.from_state(s) for aid, s in state["agent_episodes"].items()
+        }
+        ep._hanging_actions_end = dict(state.get("hanging_actions_end") or {})
+        ep._hanging_extra_model_outputs_end = {
+            aid: dict(v) for aid, v in (state.get("hanging_extra_model_outputs_end") or {}).items()
+        }
+        ep._hanging_rewards_end = dict(state.get("hanging_rewards_end") or {})
+        ep._hanging_rewards_begin = dict(state.get("hanging_rewards_begin") or {})
+        ep._carried_begin = set(state.get("carried_begin") or ())
+        ep.is_terminated = bool(state["is_terminated"])
+        ep.is_truncated = bool(state["is_truncated"])
+        ep._start_time = state.get("start_time")
+        ep._last_step_time = state.get("last_step_time")
+        ep._custom_data = dict(state.get("custom_data") or {})
+        ep._done_agent_ids = {aid for aid, sa in ep.agent_episodes.items() if sa.is_done}
+        ep.validate()
+        return ep
+
+    # ---------------------------------------------------------------- checks
+    def validate(self) -> None:
+        """Check every agent episode and the env-step mapping.
+
+        Raises:
+            AssertionError: An inconsistency (the message says which).
+        """
+        missing = set(self.agent_episodes) - set(self._env_t_to_agent_t)
+        if missing:  # (a mapping without episode is fine: the runner prunes empty ones)
+            raise AssertionError(f"Agents {sorted(map(str, missing))} have no env-step mapping.")
+        lookback = self._len_lookback_buffers
+        target = lookback + len(self) + 1
+        for aid, sa in self.agent_episodes.items():
+            sa.validate()
+            data = self._mapping_data(aid)
+            if len(data) != target or self._env_t_to_agent_t[aid].lookback != lookback:
+                raise AssertionError(
+                    f"Agent {aid!r}: mapping has {len(data)} entries (lookback "
+                    f"{self._env_t_to_agent_t[aid].lookback}); expected {target} ({lookback})."
+                )
+            steps = [v for v in data if v != SKIP_ENV_TS_TAG]
+            if steps and (
+                steps != list(range(steps[0], steps[0] + len(steps))) or steps[-1] != sa.t
+            ):
+                raise AssertionError(
+                    f"Agent {aid!r}: mapped agent steps {steps} are not consecutive up to t={sa.t}."
+                )
+        for aid in self._hanging_actions_end:
+            sa = self.agent_episodes.get(aid)
+            if sa is not None and sa.is_done:
+                raise AssertionError(f"Agent {aid!r} is done but has a hanging action.")
+
+    # --------------------------------------------------------------- display
+    def _timing_grid(self) -> str:
+        """Return the agent timing grid that ``print()`` shows."""
+        lookback = self._len_lookback_buffers
+        first = self.env_t_started - lookback
+        header = [str(first + p) for p in range(lookback + len(self) + 1)]
+        rows = {
+            str(aid): ["." if v == SKIP_ENV_TS_TAG else str(v) for v in self._mapping_data(aid)]
+            for aid in self.agent_episodes
+        }
+        width = max([len(c) for c in header] + [len(c) for r in rows.values() for c in r])
+        name_w = max([len("env_t")] + [len(a) for a in rows])
+
+        def line(name: str, cells: list[str]) -> str:
+            parts = [c.rjust(width) for c in cells]
+            if lookback:
+                parts.insert(lookback, "|")
+            return name.ljust(name_w) + "  " + " ".join(parts)
+
+        return "\n".join([line("env_t", header)] + [line(a, r) for a, r in rows.items()])
+
+    def print(self) -> None:
+        """Print the agent timing grid: per env step, each agent's own step ("." = none).
+
+        Example (the reset ``{a, b}``, then ``b`` skips one step)::
+
+            env_t  0 1 2
+            a      0 1 2
+            b      0 . 1
+
+        Lookback columns are separated from the chunk by ``|``.
+        """
+        print(self._timing_grid())
+
+    def __repr__(self) -> str:
+        """Summarise the chunk: length, done flag, per-agent returns and id."""
+        returns = {aid: sa.get_return() for aid, sa in self.agent_episodes.items()}
+        return f"MAEps(len={len(self)} done={self.is_done} Rs={returns} id_={self.id_})"
+
+
+def _spaces_to_state(spaces: Any) -> dict[str, Any] | None:
+    """Encode per-agent spaces (a dict or ``gym.spaces.Dict``) as plain data."""
+    if not spaces:
+        return None
+    kind = "gym_dict" if isinstance(spaces, gym.spaces.Dict) else "dict"
+    return {"kind": kind, "spaces": {aid: gym_space_to_dict(s) for aid, s in spaces.items()}}
+
+
+def _spaces_from_state(state: dict[str, Any] | None) -> Any:
+    """Decode per-agent spaces written by ``_spaces_to_state``."""
+    if not state:
+        return {}
+    spaces = {aid: gym_space_from_dict(s) for aid, s in state["spaces"].items()}
+    return gym.spaces.Dict(spaces) if state["kind"] == "gym_dict" else spaces

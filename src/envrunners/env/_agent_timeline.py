@@ -1,13 +1,14 @@
-"""Env-step <-> agent-step index plumbing of ``MultiAgentEpisode`` (private).
+"""Env-step <-> agent-step index math of ``MultiAgentEpisode`` (pure functions).
 
 Why: a multi-agent episode is indexed two ways. Env steps count calls to
 ``env.step()``; each agent counts only the steps at which it observed. The
 per-agent mapping ``env_t_to_agent_t[aid]`` holds, for every env step position
 of the chunk (lookback included), the agent's own timestep ``t`` (absolute, the
 same numbers as ``SingleAgentEpisode.t``) or ``SKIP_ENV_TS_TAG`` ("S") if the
-agent did not observe at that env step. This module turns env-step indices into
-single-agent buffer reads, and splits per-env-step multi-agent data (the
-``MultiAgentEpisode`` constructor input) into per-agent columns.
+agent did not observe at that env step. These functions translate env-step
+indices into positions of that mapping and into agent-relative buffer indices,
+and split per-env-step multi-agent data (the episode constructor's input) into
+per-agent columns. They work on plain lists and numbers, never on an episode.
 
 Coordinates used below: a *position* ``p`` indexes a mapping's ``data`` list
 (``0 .. lookback + len(episode)``); env-step index ``i >= 0`` is position
@@ -20,50 +21,36 @@ again at ``p + 1``).
 from __future__ import annotations
 
 from collections.abc import Collection, KeysView
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from envrunners.errors import MultiAgentEnvError
 
-if TYPE_CHECKING:
-    from envrunners.env.multi_agent_episode import MultiAgentEpisode
-    from envrunners.env.single_agent_episode import SingleAgentEpisode
-    from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
-
 __all__ = [
+    "ACTIONS",
+    "EXTRA",
+    "INFOS",
+    "NOT_GIVEN",
+    "OBS",
+    "REWARDS",
     "SKIP_ENV_TS_TAG",
     "AgentColumns",
-    "get_data",
+    "agent_index",
+    "as_agent_list",
+    "env_step_positions",
     "last_obs_position",
-    "space_for",
     "split_by_agent",
-    "truncated_without_obs",
 ]
 
 SKIP_ENV_TS_TAG = "S"
 
+#: The kinds of per-step data (``EXTRA``: one extra model output, named by a key).
 OBS, INFOS, ACTIONS, REWARDS, EXTRA = "observations", "infos", "actions", "rewards", "extra"
-_M = object()  # "not given" marker for per-agent values
+#: "Not given" marker for per-agent values (None can be a real value).
+NOT_GIVEN = object()
 
 
-def space_for(spaces: Any, agent_id: Any) -> Any:
-    """Return the space of ``agent_id`` from a dict (or ``gym.spaces.Dict``) of spaces."""
-    if not spaces:
-        return None
-    return spaces.get(agent_id) if hasattr(spaces, "get") else None
-
-
-def truncated_without_obs(aid: Any, env_t: int) -> str:
-    """Return the error message for an agent truncated without a last observation."""
-    return (
-        f"Agent {aid!r} was truncated at env step {env_t} without a last observation! "
-        "A truncated agent needs its final observation (for value bootstrapping): "
-        "return one for it in that step's observations."
-    )
-
-
-# --------------------------------------------------------------------- helpers
 def as_agent_list(agent_ids: Any, known: Collection[Any]) -> list[Any]:
     """Normalise an ``agent_ids`` argument: None -> all known, one id -> ``[id]``."""
     if agent_ids is None:
@@ -83,7 +70,7 @@ def last_obs_position(data: list[Any], upto: int | None = None) -> int | None:
     return None
 
 
-def _positions(indices: Any, lookback: int, n: int, neg_index_as_lookback: bool) -> Any:
+def env_step_positions(indices: Any, lookback: int, n: int, neg_index_as_lookback: bool) -> Any:
     """Translate env-step ``indices`` into mapping positions (unclipped).
 
     Returns an int for an int index, else a list (or range) of positions.
@@ -111,138 +98,39 @@ def _positions(indices: Any, lookback: int, n: int, neg_index_as_lookback: bool)
     return [pos(int(i)) for i in indices]
 
 
-def _buffer_of(sa: SingleAgentEpisode, what: str, key: str | None) -> InfiniteLookbackBuffer | None:
-    """Return the single-agent buffer holding ``what`` (None for a missing extra key)."""
-    if what == EXTRA:
-        return sa.extra_model_outputs.get(key)
-    return getattr(sa, what)
-
-
-def _rel_index(
-    what: str, data: list[Any], p: int, sa: SingleAgentEpisode, buf: InfiniteLookbackBuffer
+def agent_index(
+    what: str, data: list[Any], p: int, t_started: int, num_steps: int, lookback: int
 ) -> int | None:
     """Return the agent-relative index (``neg_index_as_lookback`` style) at position ``p``.
 
-    None means the agent has no item of this kind at that env step (it skipped,
-    observed for the first time, or its action there is still hanging).
+    Args:
+        what: The kind of data (``OBS``, ``INFOS``, ``ACTIONS``, ``REWARDS``, ``EXTRA``).
+        data: The agent's env-step mapping.
+        p: The position in ``data``.
+        t_started: The agent episode's ``t_started``.
+        num_steps: The agent episode's length (completed steps).
+        lookback: The lookback of the agent's buffer holding ``what``.
+
+    Returns:
+        The index, or None where the agent has no item of this kind at that env
+        step (it skipped, observed for the first time, or its action there is
+        still hanging).
     """
     if what == REWARDS:
         v = data[p + 1]
         if v == SKIP_ENV_TS_TAG:
             return None
-        rel = v - 1 - sa.t_started
+        rel = v - 1 - t_started
     else:
         v = data[p]
         if v == SKIP_ENV_TS_TAG:
             return None
-        rel = v - sa.t_started
-        if what in (ACTIONS, EXTRA) and rel >= len(sa):
+        rel = v - t_started
+        if what in (ACTIONS, EXTRA) and rel >= num_steps:
             return None  # no completed action on this observation (yet)
-    if rel < -buf.lookback:
+    if rel < -lookback:
         return None
     return rel
-
-
-# --------------------------------------------------------------------- getters
-def get_data(
-    episode: MultiAgentEpisode,
-    what: str,
-    indices: Any,
-    agent_ids: Any,
-    *,
-    key: str | None = None,
-    env_steps: bool = True,
-    neg_index_as_lookback: bool = False,
-    fill: Any = None,
-    one_hot_discrete: bool = False,
-    return_list: bool = False,
-) -> Any:
-    """Implement ``MultiAgentEpisode.get_observations/infos/actions/rewards/extra...``.
-
-    Args:
-        episode: The episode to read.
-        what: One of ``"observations"``, ``"infos"``, ``"actions"``, ``"rewards"``,
-            ``"extra"`` (then ``key`` names the extra model output).
-        indices: None (all of this chunk), an int, a list of ints or a slice.
-        agent_ids: None (all agents), one agent id or a collection of them.
-        key: The extra model output key (``what == "extra"``).
-        env_steps: Indices are env steps (True) or each agent's own steps (False).
-        neg_index_as_lookback: Negative indices reach into the lookback.
-        fill: Pad out-of-range (and, with ``env_steps``, skipped) positions.
-        one_hot_discrete: One-hot encode discrete observations/actions.
-        return_list: Return a list (one multi-agent dict per env step).
-
-    Returns:
-        A dict ``{agent_id: item or batch}``, or a list of such dicts.
-    """
-    get_kw: dict[str, Any] = {"fill": fill}
-    if what in (OBS, ACTIONS):
-        get_kw["one_hot_discrete"] = one_hot_discrete
-    agents = as_agent_list(agent_ids, episode.agent_episodes.keys())
-
-    if not env_steps:
-        if return_list:
-            raise ValueError("`return_list=True` needs `env_steps=True` (indices in env steps).")
-        out = {}
-        for aid in agents:
-            sa = episode.agent_episodes.get(aid)
-            buf = None if sa is None else _buffer_of(sa, what, key)
-            if buf is not None:
-                out[aid] = buf.get(indices, neg_index_as_lookback=neg_index_as_lookback, **get_kw)
-        return out
-
-    lookback = episode._len_lookback_buffers
-    n_obs = lookback + len(episode) + 1
-    n = n_obs if what in (OBS, INFOS) else n_obs - 1
-    positions = _positions(indices, lookback, n, neg_index_as_lookback)
-    single = isinstance(positions, int)
-    if single and return_list:
-        raise ValueError("`return_list=True` needs a list or slice of indices, not an int.")
-    if single and not 0 <= positions < n and fill is None:
-        raise IndexError(
-            f"Env-step index {indices} is out of range: this chunk has {n - lookback} "
-            f"{'observations' if n == n_obs else 'steps'} after a lookback of {lookback} "
-            "(pass fill= to pad)."
-        )
-    if not single and fill is None:
-        positions = [p for p in positions if 0 <= p < n]
-
-    # Per agent: a relative index (or None for "absent") at every requested position.
-    per_agent: dict[Any, tuple[InfiniteLookbackBuffer, list[int | None]]] = {}
-    for aid in agents:
-        sa = episode.agent_episodes.get(aid)
-        if sa is None:
-            continue
-        buf = _buffer_of(sa, what, key)
-        if buf is None:
-            continue
-        data = episode._mapping_data(aid)
-        plist = [positions] if single else positions
-        rels = [_rel_index(what, data, p, sa, buf) if 0 <= p < n else None for p in plist]
-        per_agent[aid] = (buf, rels)
-
-    far = 1 << 40  # a relative index that is out of range for every buffer (-> fill)
-    if single or return_list:
-        count = 1 if single else len(positions)
-        rows: list[dict[Any, Any]] = [{} for _ in range(count)]
-        for aid, (buf, rels) in per_agent.items():
-            for j, rel in enumerate(rels):
-                if rel is not None:
-                    rows[j][aid] = buf.get(rel, neg_index_as_lookback=True, **get_kw)
-                elif fill is not None:
-                    rows[j][aid] = buf.get(far, neg_index_as_lookback=True, **get_kw)
-        return rows[0] if single else rows
-
-    out = {}
-    for aid, (buf, rels) in per_agent.items():
-        if fill is None:
-            wanted = [r for r in rels if r is not None]
-            if not wanted:
-                continue
-        else:
-            wanted = [far if r is None else r for r in rels]
-        out[aid] = buf.get(wanted, neg_index_as_lookback=True, **get_kw)
-    return out
 
 
 # ---------------------------------------------------------- constructor input
@@ -256,7 +144,7 @@ class AgentColumns:
         rewards: One (summed) reward per completed agent step.
         extras: Per key, one value per completed agent step.
         obs_positions: The env-step position of each observation.
-        pending_action: The action after the last observation (or ``_M``).
+        pending_action: The action after the last observation (or ``NOT_GIVEN``).
         pending_extras: Its extra model outputs.
         pending_reward: Rewards received after the last observation.
         has_pending_reward: Whether any such reward was given.
@@ -287,7 +175,7 @@ class AgentColumns:
         self.rewards: list[Any] = []
         self.extras: dict[str, list[Any]] = {}
         self.obs_positions: list[int] = []
-        self.pending_action: Any = _M
+        self.pending_action: Any = NOT_GIVEN
         self.pending_extras: dict[str, Any] = {}
         self.pending_reward: Any = 0.0
         self.has_pending_reward = False
@@ -297,7 +185,7 @@ class AgentColumns:
     @property
     def has_pending_action(self) -> bool:
         """Whether the agent acted after its last observation."""
-        return self.pending_action is not _M
+        return self.pending_action is not NOT_GIVEN
 
 
 def split_by_agent(
@@ -379,7 +267,7 @@ def split_by_agent(
                 c.rewards.append(c.pending_reward)
                 for k, v in c.pending_extras.items():
                     c.extras.setdefault(k, []).append(v)
-                c.pending_action, c.pending_extras = _M, {}
+                c.pending_action, c.pending_extras = NOT_GIVEN, {}
                 c.pending_reward, c.has_pending_reward = 0.0, False
             c.observations.append(obs)
             c.infos.append(infos_j.get(aid) or {})
