@@ -15,15 +15,16 @@ from typing import Any, Union
 import numpy as np
 
 from envrunners.core import DEFAULT_POLICY_ID
-from envrunners.errors import UnknownPolicyError, suggest
-from envrunners.policy import _batch_ops as ops
-from envrunners.policy import _seq_ops as seq_ops
-from envrunners.policy._batch_ops import (
+from envrunners.errors import (
     BatchArgumentError,
     BatchTypeError,
     ColumnKeyError,
     DeprecatedAPIError,
+    UnknownPolicyError,
+    suggest,
 )
+from envrunners.policy import _batch_ops as ops
+from envrunners.policy import _seq_ops as seq_ops
 from envrunners.policy._sample_batch import DEFAULT_COMPRESS_COLUMNS, SampleBatch
 from envrunners.utils import tree
 

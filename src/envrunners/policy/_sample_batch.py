@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from envrunners.core import DEFAULT_POLICY_ID
+from envrunners.errors import BatchArgumentError, ColumnKeyError, DeprecatedAPIError
 from envrunners.policy import _batch_ops as ops
 from envrunners.policy import _seq_ops as seq_ops
-from envrunners.policy._batch_ops import BatchArgumentError, ColumnKeyError, DeprecatedAPIError
 from envrunners.utils import tree
 
 if TYPE_CHECKING:
