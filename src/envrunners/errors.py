@@ -10,7 +10,11 @@ value, what was expected and, where there is one, the fix::
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
     ├── EnvRunnerError(RuntimeError) a remote runner failed or hung (runner_index)
     ├── SpaceError(ValueError)       an observation or action outside its space
-    └── MultiAgentEnvError(ValueError) a multi-agent env broke the step protocol
+    ├── MultiAgentEnvError(ValueError) a multi-agent env broke the step protocol
+    ├── DeprecatedAPIError(ValueError) a removed RLlib API was called (names its replacement)
+    ├── BatchArgumentError(ValueError, AssertionError) a bad argument to a batch method
+    ├── BatchTypeError(TypeError, AssertionError) a non-batch value where a batch belongs
+    └── ColumnKeyError(KeyError)     a batch column that is missing or forbidden
 
 The built-in bases keep ``except ValueError`` style code from RLlib working.
 """
@@ -21,7 +25,11 @@ import difflib
 from collections.abc import Iterable
 
 __all__ = [
+    "BatchArgumentError",
+    "BatchTypeError",
+    "ColumnKeyError",
     "ConfigError",
+    "DeprecatedAPIError",
     "EnvCreatorError",
     "EnvRunnerError",
     "EnvRunnersError",
@@ -114,3 +122,32 @@ class SpaceError(EnvRunnersError, ValueError):
 
 class MultiAgentEnvError(EnvRunnersError, ValueError):
     """A multi-agent env or episode was used against the multi-agent step protocol."""
+
+
+# --- batches (policy/sample_batch) -------------------------------------------------------------
+
+
+class DeprecatedAPIError(EnvRunnersError, ValueError):
+    """A removed RLlib API was called; the message names its replacement."""
+
+    def __init__(self, old: str, new: str):
+        super().__init__(f"`{old}` has been removed; use `{new}` instead.")
+
+
+class BatchArgumentError(EnvRunnersError, ValueError, AssertionError):
+    """A bad argument to a batch method.
+
+    A ``ValueError``; also an ``AssertionError``, which is what RLlib raised in
+    these places, so code written against RLlib keeps catching it.
+    """
+
+
+class BatchTypeError(EnvRunnersError, TypeError, AssertionError):
+    """A value of the wrong type was put into a batch (also an ``AssertionError``, as in RLlib)."""
+
+
+class ColumnKeyError(EnvRunnersError, KeyError):
+    """A column a batch operation needs is missing or forbidden (a ``KeyError``)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message; show it plainly.
+        return str(self.args[0]) if self.args else ""

@@ -1,10 +1,10 @@
 """Leaf-level array operations behind ``SampleBatch`` (slice, take, concat, pad, convert).
 
-Why a separate module: the batch classes stay readable while the per-leaf work
-lives here. Every function works on one leaf (or one column's leaves) with numpy
+Why a separate module: these are pure functions of one leaf at a time, used by the
+batch classes, the sequence arithmetic in ``_seq_ops`` and the JSON codec, and they
+import nothing back from the batch classes. Every function works on one leaf (or one column's leaves) with numpy
 index arrays, and never loops per row over numpy or torch data (only Python lists,
-such as ``infos``, are gathered element by element). Also holds the batch error
-classes.
+such as ``infos``, are gathered element by element).
 
 A *leaf* is a numpy array, a torch tensor, or a Python list (``infos``).
 """
@@ -18,15 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from envrunners.errors import EnvRunnersError
+from envrunners.errors import BatchArgumentError
 from envrunners.utils import tree
 from envrunners.utils.compression import is_compressed, pack, unpack
 
 __all__ = [
-    "BatchArgumentError",
-    "BatchTypeError",
-    "ColumnKeyError",
-    "DeprecatedAPIError",
     "check_rows",
     "concat_leaves",
     "is_packed_rows",
@@ -44,32 +40,6 @@ __all__ = [
     "to_numpy",
     "to_torch",
 ]
-
-
-class DeprecatedAPIError(EnvRunnersError, ValueError):
-    """A removed RLlib API was called; the message names its replacement."""
-
-    def __init__(self, old: str, new: str):
-        super().__init__(f"`{old}` has been removed; use `{new}` instead.")
-
-
-class BatchArgumentError(EnvRunnersError, ValueError, AssertionError):
-    """A bad argument to a batch method.
-
-    A ``ValueError``; also an ``AssertionError``, which is what RLlib raised in
-    these places, so code written against RLlib keeps catching it.
-    """
-
-
-class BatchTypeError(EnvRunnersError, TypeError, AssertionError):
-    """A value of the wrong type was put into a batch (also an ``AssertionError``, as in RLlib)."""
-
-
-class ColumnKeyError(EnvRunnersError, KeyError):
-    """A column a batch operation needs is missing or forbidden (a ``KeyError``)."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message; show it plainly.
-        return str(self.args[0]) if self.args else ""
 
 
 def is_torch_tensor(x: Any) -> bool:

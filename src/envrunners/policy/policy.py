@@ -202,11 +202,11 @@ class Policy:
             prev_reward = input_dict.get("prev_rewards", prev_reward)
         if obs is None:
             raise ValueError("compute_single_action needs `obs` or `input_dict` with 'obs'.")
-        batch_obs = _batch_of_one(obs)
+        batch_obs = batch_of_one(obs)
         actions, states, extras = self.compute_actions(
             batch_obs,
             [np.asarray(s)[None] for s in state] if state else None,
-            prev_action_batch=None if prev_action is None else _batch_of_one(prev_action),
+            prev_action_batch=None if prev_action is None else batch_of_one(prev_action),
             prev_reward_batch=None if prev_reward is None else np.asarray([prev_reward]),
             info_batch=None if info is None else [info],
             episodes=None if episode is None else [episode],
@@ -406,11 +406,12 @@ def _space(value: Any) -> gym.Space | None:
     return value if value is None or isinstance(value, gym.Space) else space_from_dict(value)
 
 
-def _batch_of_one(x: Any) -> Any:
+def batch_of_one(x: Any) -> Any:
+    """One observation (possibly a dict/tuple of arrays) as a batch of one row."""
     if isinstance(x, dict):
-        return {k: _batch_of_one(v) for k, v in x.items()}
+        return {k: batch_of_one(v) for k, v in x.items()}
     if isinstance(x, tuple):
-        return tuple(_batch_of_one(v) for v in x)
+        return tuple(batch_of_one(v) for v in x)
     return np.asarray(x)[None]
 
 

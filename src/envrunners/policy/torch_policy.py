@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module import default_torch_rl_module as default_model
 from envrunners.core.rl_module.rl_module import RLModule, RLModuleSpec
@@ -28,7 +29,7 @@ from envrunners.policy._optimizer_state import (
     optimizer_state_from_plain,
     optimizer_state_to_plain,
 )
-from envrunners.policy.policy import Policy
+from envrunners.policy.policy import Policy, batch_of_one
 
 __all__ = ["TorchPolicy", "TorchPolicyV2"]
 
@@ -64,14 +65,6 @@ def _concat_obs(parts: list[Any]) -> Any:
     if isinstance(first, tuple):
         return tuple(_concat_obs([p[i] for p in parts]) for i in range(len(first)))
     return np.concatenate(parts)
-
-
-def _batch_of_one(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _batch_of_one(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        return tuple(_batch_of_one(v) for v in x)
-    return np.asarray(x)[None]
 
 
 def _to_tensor(x: Any) -> Any:
@@ -114,6 +107,8 @@ class TorchPolicy(Policy):
     compute_values_when_acting = True
     #: Columns the loss reads; ``learn_on_batch`` converts only these to tensors.
     loss_columns: tuple[str, ...] = (Columns.OBS, Columns.ACTIONS)
+    #: The algorithm's config class; its defaults are this policy's (``get_default_config``).
+    config_class: type[AlgorithmConfig] = AlgorithmConfig
 
     def __init__(
         self,
@@ -139,10 +134,8 @@ class TorchPolicy(Policy):
 
     @classmethod
     def get_default_config(cls) -> dict[str, Any]:
-        """Learning defaults: Adam at ``lr=1e-3``, one epoch over the whole batch."""
-        from envrunners.algorithms.algorithm_config import AlgorithmConfig
-
-        return AlgorithmConfig().to_dict()
+        """``config_class().to_dict()``; here Adam at ``lr=1e-3``, one epoch over the batch."""
+        return cls.config_class().to_dict()
 
     # -- construction --------------------------------------------------------------
     def make_rl_module(self) -> RLModule:
@@ -256,7 +249,7 @@ class TorchPolicy(Policy):
 
     def _value(self, obs: Any) -> float:
         """``V(obs)`` for one observation (bootstrapping truncated trajectories)."""
-        batch = _batch_of_one(obs)
+        batch = batch_of_one(obs)
         if self._with_values:
             out = default_model.compute_actions_numpy(self.model, batch, False, with_values=True)
             return float(out[Columns.VF_PREDS][0])

@@ -39,13 +39,9 @@ class PGTorchPolicy(TorchPolicy):
     ``minibatch_size`` (1 and the whole batch by default), ``grad_clip``.
     """
 
+    config_class = PGConfig
     compute_values_when_acting = False
     loss_columns = (Columns.OBS, Columns.ACTIONS, Postprocessing.ADVANTAGES)
-
-    @classmethod
-    def get_default_config(cls) -> dict[str, Any]:
-        """``PGConfig().to_dict()``."""
-        return PGConfig().to_dict()
 
     def postprocess_trajectory(
         self,

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from envrunners.algorithms.ppo.ppo import PPOConfig
 from envrunners.core.columns import Columns
 from envrunners.evaluation.postprocessing import Postprocessing, compute_gae_for_sample_batch
 from envrunners.policy.torch_policy import TorchPolicy, schedule_value
@@ -31,6 +32,7 @@ class PPOTorchPolicy(TorchPolicy):
     Advantages are standardised over each ``learn_on_batch`` batch.
     """
 
+    config_class = PPOConfig
     loss_columns = (
         Columns.OBS,
         Columns.ACTIONS,
@@ -47,13 +49,6 @@ class PPOTorchPolicy(TorchPolicy):
         self.kl_target = float(self.config.get("kl_target", 0.01))
         self.entropy_coeff = schedule_value(self.config.get("entropy_coeff", 0.0), 0)
         self._stats: dict[str, torch.Tensor] = {}
-
-    @classmethod
-    def get_default_config(cls) -> dict[str, Any]:
-        """``PPOConfig().to_dict()``."""
-        from envrunners.algorithms.ppo.ppo import PPOConfig
-
-        return PPOConfig().to_dict()
 
     # -- postprocessing ------------------------------------------------------------
     def postprocess_trajectory(
