@@ -9,6 +9,7 @@ from envrunners.errors import (
     EnvCreatorError,
     EnvRunnerError,
     EnvRunnersError,
+    FrozenConfigError,
     MultiAgentEnvError,
     OfflineDataError,
     SpaceError,
@@ -21,6 +22,8 @@ from envrunners.errors import (
     ("cls", "builtin"),
     [
         (ConfigError, ValueError),
+        (FrozenConfigError, ConfigError),
+        (FrozenConfigError, AttributeError),
         (EnvCreatorError, TypeError),
         (UnknownPolicyError, KeyError),
         (OfflineDataError, ValueError),

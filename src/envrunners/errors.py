@@ -5,6 +5,7 @@ value, what was expected and, where there is one, the fix::
 
     EnvRunnersError                  base of everything below
     ├── ConfigError(ValueError)      a config key, type or value is wrong
+    │   └── FrozenConfigError(AttributeError) a frozen config was modified
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
     ├── UnknownPolicyError(KeyError) a policy/module id that is not known
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
@@ -25,6 +26,7 @@ __all__ = [
     "EnvCreatorError",
     "EnvRunnerError",
     "EnvRunnersError",
+    "FrozenConfigError",
     "MultiAgentEnvError",
     "OfflineDataError",
     "SpaceError",
@@ -114,3 +116,10 @@ class SpaceError(EnvRunnersError, ValueError):
 
 class MultiAgentEnvError(EnvRunnersError, ValueError):
     """A multi-agent env or episode was used against the multi-agent step protocol."""
+
+
+# --- config, CLI, offline data, utils (issue 13) ---
+
+
+class FrozenConfigError(ConfigError, AttributeError):
+    """A frozen config was modified (also an ``AttributeError``, which RLlib raised)."""
