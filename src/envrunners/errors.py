@@ -6,6 +6,7 @@ value, what was expected and, where there is one, the fix::
     EnvRunnersError                  base of everything below
     ├── ConfigError(ValueError)      a config key, type or value is wrong
     │   └── FrozenConfigError(AttributeError) a frozen config was modified
+    ├── CliError                     bad command-line input (exit code 2) or a failed command
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
     ├── UnknownPolicyError(KeyError) a policy/module id that is not known
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
@@ -22,6 +23,7 @@ import difflib
 from collections.abc import Iterable
 
 __all__ = [
+    "CliError",
     "ConfigError",
     "EnvCreatorError",
     "EnvRunnerError",
@@ -123,3 +125,15 @@ class MultiAgentEnvError(EnvRunnersError, ValueError):
 
 class FrozenConfigError(ConfigError, AttributeError):
     """A frozen config was modified (also an ``AttributeError``, which RLlib raised)."""
+
+
+class CliError(EnvRunnersError):
+    """A command-line problem, which the ``envrunners`` command reports as one line.
+
+    ``code`` is the exit code: 2 (the default, argparse's convention) for bad
+    input, 1 for a failure.
+    """
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
