@@ -10,6 +10,10 @@ value, what was expected and, where there is one, the fix::
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
     ├── UnknownPolicyError(KeyError) a policy/module id that is not known
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
+    │   ├── OfflineInputNotFoundError(FileNotFoundError) an input path matches no file
+    │   ├── UnencodableValueError(TypeError) a value to write is not plain data
+    │   └── PickleNotAllowedError    RLlib's pickled data read without ``allow_pickle``
+    ├── CompressionError(ValueError) an array cannot be packed, or a string is no packed array
     ├── EnvRunnerError(RuntimeError) a remote runner failed or hung (runner_index)
     ├── SpaceError(ValueError)       an observation or action outside its space
     └── MultiAgentEnvError(ValueError) a multi-agent env broke the step protocol
@@ -24,6 +28,7 @@ from collections.abc import Iterable
 
 __all__ = [
     "CliError",
+    "CompressionError",
     "ConfigError",
     "EnvCreatorError",
     "EnvRunnerError",
@@ -31,7 +36,10 @@ __all__ = [
     "FrozenConfigError",
     "MultiAgentEnvError",
     "OfflineDataError",
+    "OfflineInputNotFoundError",
+    "PickleNotAllowedError",
     "SpaceError",
+    "UnencodableValueError",
     "UnknownPolicyError",
     "suggest",
 ]
@@ -137,3 +145,19 @@ class CliError(EnvRunnersError):
     def __init__(self, message: str, code: int = 2):
         super().__init__(message)
         self.code = code
+
+
+class OfflineInputNotFoundError(OfflineDataError, FileNotFoundError):
+    """An offline input path, glob or directory matches no readable file."""
+
+
+class UnencodableValueError(OfflineDataError, TypeError):
+    """A value to be written is not plain data (it would need pickle); names where it sits."""
+
+
+class PickleNotAllowedError(OfflineDataError):
+    """A record holds RLlib's cloudpickle-packed data and ``allow_pickle`` was not given."""
+
+
+class CompressionError(EnvRunnersError, ValueError):
+    """An array cannot be packed (object dtype) or a string is not a valid packed array."""
