@@ -5,13 +5,19 @@ from __future__ import annotations
 import pytest
 
 from envrunners.errors import (
+    CliError,
+    CompressionError,
     ConfigError,
     EnvCreatorError,
     EnvRunnerError,
     EnvRunnersError,
+    FrozenConfigError,
     MultiAgentEnvError,
     OfflineDataError,
+    OfflineInputNotFoundError,
+    PickleNotAllowedError,
     SpaceError,
+    UnencodableValueError,
     UnknownPolicyError,
     suggest,
 )
@@ -21,12 +27,21 @@ from envrunners.errors import (
     ("cls", "builtin"),
     [
         (ConfigError, ValueError),
+        (FrozenConfigError, ConfigError),
+        (FrozenConfigError, AttributeError),
         (EnvCreatorError, TypeError),
         (UnknownPolicyError, KeyError),
         (OfflineDataError, ValueError),
         (EnvRunnerError, RuntimeError),
         (SpaceError, ValueError),
         (MultiAgentEnvError, ValueError),
+        (OfflineInputNotFoundError, OfflineDataError),
+        (OfflineInputNotFoundError, FileNotFoundError),
+        (UnencodableValueError, OfflineDataError),
+        (UnencodableValueError, TypeError),
+        (PickleNotAllowedError, OfflineDataError),
+        (CompressionError, ValueError),
+        (CliError, Exception),
     ],
 )
 def test_bases(cls, builtin):
@@ -65,3 +80,9 @@ def test_env_runner_error_carries_index_and_traceback():
 def test_unknown_policy_error_prints_plainly():
     err = UnknownPolicyError("policy 'p9' unknown; known: ['p0']")
     assert str(err) == "policy 'p9' unknown; known: ['p0']"
+
+
+def test_cli_error_defaults_to_the_usage_exit_code():
+    assert CliError("bad flag").code == 2
+    assert CliError("it broke", 1).code == 1
+    assert str(CliError("bad flag")) == "bad flag"

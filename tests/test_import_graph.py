@@ -27,7 +27,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
     # TEMPORARY (issue 13): cycles being removed; each goes with its class's rework.
     frozenset({"envrunners.evaluation._multi_agent_sampling", "envrunners.evaluation.sampler"}): "",
     frozenset({"envrunners.env._group_state_sync", "envrunners.env._runner_side"}): "",
-    frozenset({"envrunners._cli.train", "envrunners._cli.trainer"}): "",
 }
 
 

@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
-from envrunners.errors import OfflineDataError
+from envrunners.errors import OfflineDataError, UnencodableValueError
 from envrunners.offline import IOContext, JsonReader, JsonWriter
-from envrunners.offline._plain import UnencodableValueError
 from envrunners.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 NAME = re.compile(r"^output-\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_worker-(\d+)_(\d+)(\.\d+)?\.json$")

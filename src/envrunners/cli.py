@@ -29,7 +29,8 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
-from envrunners._cli.common import EXIT_INTERRUPTED, EXIT_USAGE, CliError
+from envrunners._cli.exit_codes import EXIT_INTERRUPTED, EXIT_USAGE
+from envrunners.errors import CliError
 
 __all__ = ["build_parser", "main"]
 

@@ -5,9 +5,15 @@ value, what was expected and, where there is one, the fix::
 
     EnvRunnersError                  base of everything below
     ├── ConfigError(ValueError)      a config key, type or value is wrong
+    │   └── FrozenConfigError(AttributeError) a frozen config was modified
+    ├── CliError                     bad command-line input (exit code 2) or a failed command
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
     ├── UnknownPolicyError(KeyError) a policy/module id that is not known
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
+    │   ├── OfflineInputNotFoundError(FileNotFoundError) an input path matches no file
+    │   ├── UnencodableValueError(TypeError) a value to write is not plain data
+    │   └── PickleNotAllowedError    RLlib's pickled data read without ``allow_pickle``
+    ├── CompressionError(ValueError) an array cannot be packed, or a string is no packed array
     ├── EnvRunnerError(RuntimeError) a remote runner failed or hung (runner_index)
     ├── SpaceError(ValueError)       an observation or action outside its space
     ├── MultiAgentEnvError(ValueError) a multi-agent env broke the step protocol
@@ -28,14 +34,20 @@ __all__ = [
     "BatchArgumentError",
     "BatchTypeError",
     "ColumnKeyError",
+    "CliError",
+    "CompressionError",
     "ConfigError",
     "DeprecatedAPIError",
     "EnvCreatorError",
     "EnvRunnerError",
     "EnvRunnersError",
+    "FrozenConfigError",
     "MultiAgentEnvError",
     "OfflineDataError",
+    "OfflineInputNotFoundError",
+    "PickleNotAllowedError",
     "SpaceError",
+    "UnencodableValueError",
     "UnknownPolicyError",
     "suggest",
 ]
@@ -151,3 +163,38 @@ class ColumnKeyError(EnvRunnersError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message; show it plainly.
         return str(self.args[0]) if self.args else ""
+
+
+# --- config, CLI, offline data, utils (issue 13) ---
+
+
+class FrozenConfigError(ConfigError, AttributeError):
+    """A frozen config was modified (also an ``AttributeError``, which RLlib raised)."""
+
+
+class CliError(EnvRunnersError):
+    """A command-line problem, which the ``envrunners`` command reports as one line.
+
+    ``code`` is the exit code: 2 (the default, argparse's convention) for bad
+    input, 1 for a failure.
+    """
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+class OfflineInputNotFoundError(OfflineDataError, FileNotFoundError):
+    """An offline input path, glob or directory matches no readable file."""
+
+
+class UnencodableValueError(OfflineDataError, TypeError):
+    """A value to be written is not plain data (it would need pickle); names where it sits."""
+
+
+class PickleNotAllowedError(OfflineDataError):
+    """A record holds RLlib's cloudpickle-packed data and ``allow_pickle`` was not given."""
+
+
+class CompressionError(EnvRunnersError, ValueError):
+    """An array cannot be packed (object dtype) or a string is not a valid packed array."""

@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envrunners._cli import common
-from envrunners._cli.common import CliError
+from envrunners._cli import arguments
+from envrunners.errors import CliError
 
 __all__ = ["add_bench_parser", "run_bench"]
 
@@ -45,7 +45,7 @@ def add_bench_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> argpar
         help="what to measure (default both: RLlib too when it is available)",
     )
     p.add_argument("--workloads", default="W1,W5", help="comma-separated, e.g. W1,W3 (W1,W5)")
-    p.add_argument("--repeats", type=common.positive_int, default=3, help="timed repeats (3)")
+    p.add_argument("--repeats", type=arguments.positive_int, default=3, help="timed repeats (3)")
     p.add_argument(
         "--rllib-python",
         default=os.environ.get("RLLIB_PYTHON"),

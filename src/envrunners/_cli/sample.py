@@ -26,8 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envrunners._cli import common
-from envrunners._cli.common import CliError
+from envrunners._cli import arguments, input_checks
+from envrunners._cli.embedded_ray import embedded_ray, quiet_loggers
+from envrunners._cli.train_checkpoint import load_checkpoint
+from envrunners.errors import CliError
 
 __all__ = ["add_sample_parser", "run_sample"]
 
@@ -44,19 +46,11 @@ def add_sample_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> argpa
     p.add_argument("--env", required=True, help="gymnasium id (or multi-agent spec, see docs)")
     p.add_argument("--multi-agent", action="store_true", help="use MultiAgentEnvRunner")
     p.add_argument(
-        "--num-agents", type=common.positive_int, default=2, help="agents for a gym id (2)"
+        "--num-agents", type=arguments.positive_int, default=2, help="agents for a gym id (2)"
     )
+    arguments.add_runner_arguments(p, num_env_runners=0, num_envs_per_env_runner=8)
     p.add_argument(
-        "--num-env-runners",
-        type=common.non_negative_int,
-        default=0,
-        help="remote runners on an embedded local Ray (default 0: in-process)",
-    )
-    p.add_argument(
-        "--num-envs-per-env-runner", type=common.positive_int, default=8, help="vector envs (8)"
-    )
-    p.add_argument(
-        "--timesteps", type=common.positive_int, default=10_000, help="env steps (10000)"
+        "--timesteps", type=arguments.positive_int, default=10_000, help="env steps (10000)"
     )
     p.add_argument("--output", metavar="DIR", help="record episodes as JSON lines into DIR")
     p.add_argument(
@@ -67,7 +61,7 @@ def add_sample_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> argpa
     p.add_argument(
         "--greedy", action="store_true", help="with --checkpoint: best action, no exploration"
     )
-    p.add_argument("--seed", type=common.non_negative_int, help="env seed")
+    p.add_argument("--seed", type=arguments.non_negative_int, help="env seed")
     p.set_defaults(func=run_sample)
     return p
 
@@ -121,7 +115,7 @@ def multi_agent_env(spec: str, num_agents: int) -> tuple[Any, dict, list]:
         env = _CallFactory(_import_module_attr(spec))
         env_config: dict = {}
     else:
-        common.check_env_id(spec)
+        input_checks.check_env_id(spec)
         env, env_config = make_multi_agent(spec), {"num_agents": num_agents}
     try:
         probe = env(dict(env_config))
@@ -153,8 +147,8 @@ def build_config(args: argparse.Namespace, run: dict | None) -> Any:
             policies={mapping(a) for a in agents}, policy_mapping_fn=mapping
         )
     else:
-        common.check_env_id(args.env)
-        common.probe_env(args.env)
+        input_checks.check_env_id(args.env)
+        input_checks.probe_env(args.env)
         config = config.environment(args.env)
     if run is not None:
         config = config.env_runners(observation_filter=run.get("obs_filter", "NoFilter"))
@@ -165,8 +159,6 @@ def build_config(args: argparse.Namespace, run: dict | None) -> Any:
 # ---------------------------------------------------------------------- the command
 def run_sample(args: argparse.Namespace) -> int:
     """Entry point of ``envrunners sample``; returns the exit code."""
-    from envrunners._cli.train import load_checkpoint
-
     saved = None
     if args.checkpoint:
         if args.multi_agent:
@@ -174,12 +166,12 @@ def run_sample(args: argparse.Namespace) -> int:
         saved = load_checkpoint(Path(args.checkpoint))
     elif args.greedy:
         raise CliError("--greedy needs --checkpoint (random actions have no greedy mode)")
-    out = common.prepare_output_dir(args.output, "--output directory") if args.output else None
+    out = (
+        input_checks.prepare_output_dir(args.output, "--output directory") if args.output else None
+    )
     config = build_config(args, saved["run"] if saved else None)
     debug = bool(getattr(args, "debug", False))
-    ray_ctx: Any = (
-        common.embedded_ray(args.num_env_runners, debug=debug) if args.num_env_runners else None
-    )
+    ray_ctx: Any = embedded_ray(args.num_env_runners, debug=debug) if args.num_env_runners else None
     import contextlib
 
     with ray_ctx or contextlib.nullcontext():
@@ -226,7 +218,7 @@ def _collect(args: argparse.Namespace, config: Any, saved: dict | None, out: Pat
                 writer.write(episodes)
         elapsed = time.perf_counter() - start
     finally:
-        with common.quiet_loggers(not debug):
+        with quiet_loggers(not debug):
             group.stop()
         if writer is not None:
             writer.close()

@@ -20,15 +20,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from envrunners._cli import common
-from envrunners._cli.common import CliError
+from envrunners._cli import arguments, input_checks
+from envrunners._cli.train_checkpoint import load_checkpoint
+from envrunners._cli.trainer import Trainer
+from envrunners.errors import CliError
 
 __all__ = ["add_train_parser", "run_train"]
-
-#: Episodes averaged for "mean return" and the stop condition.
-RETURN_WINDOW = 20
-CHECKPOINT_DIR = "checkpoint"
-CHECKPOINT_FORMAT = "envrunners-train-checkpoint"
 
 #: Defaults chosen to solve CartPole-v1 quickly on two CPU cores (see README).
 DEFAULTS: dict[str, Any] = {
@@ -66,35 +63,34 @@ def add_train_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> argpar
     )
     p.add_argument("--env", help="gymnasium env id, e.g. CartPole-v1 (required unless --resume)")
     p.add_argument("--algo", choices=sorted(_ALGO_DEFAULTS), help="learner (default: ppo)")
-    p.add_argument(
-        "--num-env-runners",
-        type=common.non_negative_int,
-        help="remote env runners on an embedded local Ray; 0 samples in-process without Ray "
-        "(default: 2)",
-    )
-    p.add_argument(
-        "--num-envs-per-env-runner", type=common.positive_int, help="vector envs per runner (8)"
+    arguments.add_runner_arguments(
+        p,
+        DEFAULTS["num_env_runners"],
+        DEFAULTS["num_envs_per_env_runner"],
+        store_defaults=False,  # unset flags: the resumed run's settings, else DEFAULTS
     )
     p.add_argument(
         "--stop-reward",
-        type=common.finite_float,
+        type=arguments.finite_float,
         help="stop when the mean return of the last 20 episodes reaches this "
         "(default: the env's reward_threshold, CartPole-v1: 475)",
     )
     p.add_argument(
-        "--stop-timesteps", type=common.positive_int, help="stop after this many env steps (500k)"
+        "--stop-timesteps",
+        type=arguments.positive_int,
+        help="stop after this many env steps (500k)",
     )
-    p.add_argument("--seed", type=common.non_negative_int, help="seed of envs and weights")
+    p.add_argument("--seed", type=arguments.non_negative_int, help="seed of envs and weights")
     p.add_argument("--out", help="output directory (default: runs/<env>-<algo>-<time>)")
     p.add_argument(
         "--resume", metavar="DIR", help="continue the run in DIR (its checkpoint, CSV and plot)"
     )
-    p.add_argument("--train-batch-size", type=common.positive_int, help="env steps per update")
-    p.add_argument("--lr", type=common.positive_float, help="Adam learning rate")
-    p.add_argument("--num-epochs", type=common.positive_int, help="passes over each batch")
-    p.add_argument("--minibatch-size", type=common.positive_int, help="SGD minibatch size")
-    p.add_argument("--gamma", type=common.finite_float, help="discount (0.99)")
-    p.add_argument("--hidden", type=common.int_list, help="hidden layer sizes (64,64)")
+    p.add_argument("--train-batch-size", type=arguments.positive_int, help="env steps per update")
+    p.add_argument("--lr", type=arguments.positive_float, help="Adam learning rate")
+    p.add_argument("--num-epochs", type=arguments.positive_int, help="passes over each batch")
+    p.add_argument("--minibatch-size", type=arguments.positive_int, help="SGD minibatch size")
+    p.add_argument("--gamma", type=arguments.finite_float, help="discount (0.99)")
+    p.add_argument("--hidden", type=arguments.int_list, help="hidden layer sizes (64,64)")
     p.add_argument("--obs-filter", choices=["NoFilter", "MeanStdFilter"], help="observation filter")
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
     p.set_defaults(func=run_train)
@@ -122,8 +118,8 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
     for key, value in _ALGO_DEFAULTS[run["algo"]].items():
         if run.get(key) is None:
             run[key] = value
-    common.check_env_id(run["env"])
-    spec = common.probe_env(run["env"])
+    input_checks.check_env_id(run["env"])
+    spec = input_checks.probe_env(run["env"])
     if run["stop_reward"] is None and spec is not None:
         run["stop_reward"] = spec.reward_threshold
     if not 0.0 <= run["gamma"] <= 1.0:
@@ -137,24 +133,8 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
         out = (
             Path("runs") / f"{run['env'].replace(':', '_').replace('/', '_')}-{run['algo']}-{stamp}"
         )
-    out = common.prepare_output_dir(out, "--out directory")
+    out = input_checks.prepare_output_dir(out, "--out directory")
     return run, saved, out
-
-
-def load_checkpoint(path: Path) -> dict:
-    from envrunners.errors import EnvRunnersError
-    from envrunners.utils.checkpoints import load_state
-
-    ckpt = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
-    try:
-        state, meta = load_state(ckpt)
-    except (EnvRunnersError, OSError, ValueError) as err:
-        raise CliError(
-            f"--resume {str(path)!r}: no envrunners train checkpoint there ({err})"
-        ) from None
-    if meta.get("format") != CHECKPOINT_FORMAT:
-        raise CliError(f"--resume {str(path)!r}: {ckpt} is not an `envrunners train` checkpoint")
-    return state
 
 
 def build_config(run: dict[str, Any]) -> Any:
@@ -201,7 +181,5 @@ def run_train(args: argparse.Namespace) -> int:
         config.validate()
     except ValueError as err:
         raise CliError(str(err).splitlines()[0]) from None
-    from envrunners._cli.trainer import Trainer
-
     trainer = Trainer(run, config, out, saved, debug=bool(getattr(args, "debug", False)))
     return trainer.main(live=False if args.no_progress else None)

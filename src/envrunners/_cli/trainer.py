@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import datetime as _dt
 import math
 import signal
 import threading
@@ -20,15 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from envrunners._cli import common
-from envrunners._cli.train import (
-    CHECKPOINT_DIR,
-    CHECKPOINT_FORMAT,
-    RESUMABLE_KEYS,
-    RETURN_WINDOW,
-)
+from envrunners._cli.embedded_ray import embedded_ray, quiet_loggers
+from envrunners._cli.exit_codes import EXIT_INTERRUPTED
+from envrunners._cli.train_checkpoint import CHECKPOINT_DIR, save_checkpoint
 
 __all__ = ["Trainer"]
+
+#: Episodes averaged for "mean return" and the stop condition.
+RETURN_WINDOW = 20
 
 
 class Trainer:
@@ -97,7 +95,7 @@ class Trainer:
                     target=target,
                 )
         self._summary(interrupted, png)
-        return common.EXIT_INTERRUPTED if interrupted else 0
+        return EXIT_INTERRUPTED if interrupted else 0
 
     def _loop(self) -> None:
         from envrunners.env.env_runner_group import EnvRunnerGroup
@@ -112,7 +110,7 @@ class Trainer:
             while not self._should_stop():
                 self._iterate(start)
         finally:
-            with _sigint_ignored(), common.quiet_loggers(not self.debug):
+            with _sigint_ignored(), quiet_loggers(not self.debug):
                 self.group.stop()
 
     def _make_learner(self) -> Any:
@@ -214,9 +212,6 @@ class Trainer:
 
     # -- checkpoint ----------------------------------------------------------------------
     def _save_checkpoint(self) -> None:
-        import envrunners
-        from envrunners.utils.checkpoints import save_state
-
         local = self.group.local_env_runner
         runner_state = local.get_state(
             components=["env_to_module_connector", "module_to_env_connector"]
@@ -232,17 +227,8 @@ class Trainer:
                 "time_s": self.time_s,
                 "recent_returns": list(self.returns),
             },
-            "run": {k: v for k, v in self.run.items() if k in (*RESUMABLE_KEYS, "stop_reward")},
         }
-        metadata = {
-            "format": CHECKPOINT_FORMAT,
-            "version": 1,
-            "envrunners_version": envrunners.__version__,
-            "env": self.run["env"],
-            "algo": self.run["algo"],
-            "saved_at": _dt.datetime.now().isoformat(timespec="seconds"),
-        }
-        save_state(self.out / CHECKPOINT_DIR, state, metadata)
+        save_checkpoint(self.out, state, self.run)
 
     # -- report ------------------------------------------------------------------------
     def _summary(self, interrupted: bool, png: Path | None) -> None:
@@ -285,7 +271,7 @@ def _ray_if_needed(run: dict[str, Any], debug: bool) -> Iterator[None]:
     if run["num_env_runners"] == 0:
         yield
         return
-    with common.embedded_ray(run["num_env_runners"], debug=debug):
+    with embedded_ray(run["num_env_runners"], debug=debug):
         yield
 
 

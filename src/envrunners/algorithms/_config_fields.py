@@ -1,74 +1,30 @@
-"""The typed field table of ``AlgorithmConfig``: every key, its type, default and setter.
+"""The field table of ``AlgorithmConfig``: every key's name, type, default, builder and check.
 
 Why: one declaration per key is the single source of truth for defaults
 (``AlgorithmConfig()``), for which builder method accepts it (``sections``), for
-its set-time check, and for ``to_dict``/``from_dict``. Defaults follow RLlib 2.60
-(spec §1) with one deliberate difference, marked below.
+its set-time check, and for ``to_dict``/``from_dict``. It is data: ``FIELDS``
+below, read by ``AlgorithmConfig``. Defaults follow RLlib 2.60 (spec §1) with one
+deliberate difference, marked below.
 
-Subclasses (e.g. ``PPOConfig``) add keys by declaring annotated class attributes;
-they become fields of the ``training()`` section unless declared with
-:func:`config_field`. Redeclaring an inherited key only changes its default.
+Subclasses (e.g. ``PPOConfig``) extend the table by declaring annotated class
+attributes (:func:`extend_fields`); they become keys of the ``training()`` section
+unless declared with :func:`config_field`. Redeclaring an inherited key only
+changes its default.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
-import types
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from envrunners.algorithms import _config_checks as c
 from envrunners.core import DEFAULT_POLICY_ID
 from envrunners.policy.policy_spec import PolicySpec
 
-__all__ = ["config_field", "default_policy_mapping_fn"]
+__all__ = ["FIELDS", "ConfigField", "config_field", "default_policy_mapping_fn"]
 
-
-def default_policy_mapping_fn(agent_id: Any, episode: Any = None, worker: Any = None, **kwargs):
-    """Map every agent to ``"default_policy"`` (the single-agent setup).
-
-    Why: the default of ``policy_mapping_fn``; accepts both the new-stack call
-    ``(agent_id, episode)`` and the old-stack call ``(agent_id, episode, worker, **kw)``.
-    """
-    return DEFAULT_POLICY_ID
-
-
-def config_field(
-    default: Any,
-    sections: str | tuple[str, ...] = "training",
-    check: c.Check = c.any_value,
-    *,
-    kwarg: str | None = None,
-) -> Any:
-    """Declare a config key: its default, the builder(s) that set it, and its check.
-
-    Why: keeps all metadata of a key on its one declaration line.
-
-    Args:
-        default: Default value; mutable values are deep-copied per config.
-        sections: Name(s) of the builder methods that accept this key
-            (``()`` for keys only set by attribute or ``update_from_dict``).
-        check: ``check(name, value) -> value`` run whenever the key is set.
-        kwarg: The builder keyword when it differs from the attribute name
-            (``framework_str`` is set by ``framework(framework=...)``).
-    """
-    sections = (sections,) if isinstance(sections, str) else tuple(sections)
-    meta = {"sections": sections, "check": check, "kwarg": kwarg}
-    if getattr(type(default), "__hash__", None) is None:
-        factory = functools.partial(copy.deepcopy, default)
-        return dataclasses.field(default_factory=factory, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
-
-
-_f = config_field
-_pos_int, _nonneg_int = c.integer(1), c.integer(0)
-_pos_int_or_none = c.integer(1, allow_none=True)
-_nonneg_num, _pos_num = c.number(0.0), c.number(0.0, strict=True)
-_nonneg_num_or_none = c.number(0.0, allow_none=True)
-_pos_num_or_none = c.number(0.0, strict=True, allow_none=True)
-_B, _D, _CB = c.boolean, c.mapping, c.callback_functions
 ENV, RUN, FT, MA = "environment", "env_runners", "fault_tolerance", "multi_agent"
 OFF, MOD, TRAIN, LRN = "offline_data", "rl_module", "training", "learners"
 FW, DBG, CBS, REP, EVAL = "framework", "debugging", "callbacks", "reporting", "evaluation"
@@ -81,242 +37,321 @@ RES, EXPL, CKPT, EXP, PYENV = (
 )
 
 
-@dataclasses.dataclass(init=False, repr=False, eq=False)
-class _ConfigFields:
-    """Typed declarations of every config key (see the module docstring)."""
+@dataclasses.dataclass(frozen=True)
+class ConfigField:
+    """One config key: its name, type, default, the builder(s) that set it, and its check.
 
-    _FIELDS: ClassVar[dict[str, dataclasses.Field]]
-    _KWARGS: ClassVar[dict[str, dict[str, str]]]
+    Args:
+        name: Attribute name on the config.
+        type: The value's type (documentation; checks are done by ``check``).
+        default: Default value; every new config gets a deep copy.
+        sections: Name(s) of the builder methods that accept this key
+            (``()`` for keys only set by attribute or ``update_from_dict``).
+        check: ``check(name, value) -> value`` run whenever the key is set.
+        kwarg: The builder keyword when it differs from the attribute name
+            (``framework_str`` is set by ``framework(framework=...)``).
+    """
 
+    name: str
+    type: Any
+    default: Any
+    sections: str | tuple[str, ...] = TRAIN
+    check: c.Check = c.any_value
+    kwarg: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sections, str):
+            object.__setattr__(self, "sections", (self.sections,))
+
+    @property
+    def keyword(self) -> str:
+        """The builder keyword that sets this key."""
+        return self.kwarg or self.name
+
+    def new_default(self) -> Any:
+        """A fresh copy of the default, so configs never share a mutable default."""
+        return copy.deepcopy(self.default)
+
+
+def config_field(
+    default: Any,
+    sections: str | tuple[str, ...] = TRAIN,
+    check: c.Check = c.any_value,
+    *,
+    kwarg: str | None = None,
+) -> ConfigField:
+    """Declare a key in a config subclass: ``lambda_: float = config_field(1.0, TRAIN, check)``.
+
+    Why: a subclass key whose builder or check is not the default (``training()``,
+    any value); the name and type come from the annotation (see :func:`extend_fields`).
+    """
+    return ConfigField("", Any, default, sections, check, kwarg)
+
+
+def default_policy_mapping_fn(agent_id: Any, episode: Any = None, worker: Any = None, **kwargs):
+    """Map every agent to ``"default_policy"`` (the single-agent setup).
+
+    Why: the default of ``policy_mapping_fn``; accepts both the new-stack call
+    ``(agent_id, episode)`` and the old-stack call ``(agent_id, episode, worker, **kw)``.
+    """
+    return DEFAULT_POLICY_ID
+
+
+_f = ConfigField
+_pos_int, _nonneg_int = c.integer(1), c.integer(0)
+_pos_int_or_none = c.integer(1, allow_none=True)
+_nonneg_num, _pos_num = c.number(0.0), c.number(0.0, strict=True)
+_nonneg_num_or_none = c.number(0.0, allow_none=True)
+_pos_num_or_none = c.number(0.0, strict=True, allow_none=True)
+_B, _D, _CB = c.boolean, c.mapping, c.callback_functions
+
+#: Every key of ``AlgorithmConfig``, grouped by the builder method that sets it.
+FIELDS: tuple[ConfigField, ...] = (
     # --- environment() ---
-    env: Any = _f(None, ENV, c.env)
-    env_config: dict = _f({}, ENV, _D)
-    observation_space: Any = _f(None, ENV, c.space)
-    action_space: Any = _f(None, ENV, c.space)
-    render_env: bool = _f(False, ENV, _B)
-    clip_rewards: bool | float | None = _f(None, ENV)
-    normalize_actions: bool = _f(True, ENV, _B)
-    clip_actions: bool = _f(False, ENV, _B)
-    disable_env_checking: bool = _f(False, ENV, _B)
-    is_atari: bool | None = _f(None, ENV)
-    action_mask_key: str = _f("action_mask", ENV, c.optional_string)
+    _f("env", Any, None, ENV, c.env),
+    _f("env_config", dict, {}, ENV, _D),
+    _f("observation_space", Any, None, ENV, c.space),
+    _f("action_space", Any, None, ENV, c.space),
+    _f("render_env", bool, False, ENV, _B),
+    _f("clip_rewards", bool | float | None, None, ENV),
+    _f("normalize_actions", bool, True, ENV, _B),
+    _f("clip_actions", bool, False, ENV, _B),
+    _f("disable_env_checking", bool, False, ENV, _B),
+    _f("is_atari", bool | None, None, ENV),
+    _f("action_mask_key", str, "action_mask", ENV, c.optional_string),
     # --- env_runners() ---
-    env_runner_cls: type | None = _f(None, RUN, c.optional_class)
-    num_env_runners: int = _f(0, RUN, _nonneg_int)
-    create_local_env_runner: bool = _f(True, RUN, _B)
-    create_env_on_local_worker: bool = _f(False, RUN, _B)
-    num_envs_per_env_runner: int = _f(1, RUN, _pos_int)
-    gym_env_vectorize_mode: str = _f("sync", RUN, c.vectorize_mode)
-    num_cpus_per_env_runner: float = _f(1, RUN, _nonneg_num)
-    num_gpus_per_env_runner: float = _f(0, RUN, _nonneg_num)
-    custom_resources_per_env_runner: dict = _f({}, RUN, _D)
-    validate_env_runners_after_construction: bool = _f(True, RUN, _B)
-    sample_timeout_s: float | None = _f(60.0, RUN, _pos_num_or_none)
-    max_requests_in_flight_per_env_runner: int = _f(1, RUN, _pos_int)
-    env_to_module_connector: Callable | None = _f(None, RUN, c.optional_callable)
-    module_to_env_connector: Callable | None = _f(None, RUN, c.optional_callable)
-    add_default_connectors_to_env_to_module_pipeline: bool = _f(True, RUN, _B)
-    add_default_connectors_to_module_to_env_pipeline: bool = _f(True, RUN, _B)
-    episode_lookback_horizon: int = _f(1, RUN, _nonneg_int)
-    merge_env_runner_states: bool | str = _f("training_only", RUN, c.merge_env_runner_states)
-    broadcast_env_runner_states: bool = _f(True, RUN, _B)
-    use_env_runner_state_server: bool = _f(False, RUN, _B)
-    env_runner_state_server_max_concurrency: int = _f(16, RUN, _pos_int)
-    compress_observations: bool | str = _f(False, RUN)
-    rollout_fragment_length: int | str = _f(200, RUN, c.rollout_fragment_length)
-    batch_mode: str = _f(
-        "truncate_episodes", RUN, c.choice("truncate_episodes", "complete_episodes")
-    )
-    explore: bool = _f(True, (RUN, EXPL), _B)
-    episodes_to_numpy: bool = _f(True, RUN, _B)
-    use_worker_filter_stats: bool = _f(True, RUN, _B)
-    update_worker_filter_stats: bool = _f(True, RUN, _B)
-    exploration_config: dict = _f({}, (RUN, EXPL), _D)
-    remote_worker_envs: bool = _f(False, RUN, _B)
-    remote_env_batch_wait_ms: float = _f(0, RUN, _nonneg_num)
-    preprocessor_pref: str | None = _f("deepmind", RUN, c.optional_string)
-    observation_filter: Any = _f("NoFilter", RUN, c.observation_filter)
-    sampler_perf_stats_ema_coef: float | None = _f(None, RUN, _nonneg_num_or_none)
-    sync_filters_on_rollout_workers_timeout_s: float = _f(10.0, RUN, _nonneg_num)
+    _f("env_runner_cls", type | None, None, RUN, c.optional_class),
+    _f("num_env_runners", int, 0, RUN, _nonneg_int),
+    _f("create_local_env_runner", bool, True, RUN, _B),
+    _f("create_env_on_local_worker", bool, False, RUN, _B),
+    _f("num_envs_per_env_runner", int, 1, RUN, _pos_int),
+    _f("gym_env_vectorize_mode", str, "sync", RUN, c.vectorize_mode),
+    _f("num_cpus_per_env_runner", float, 1, RUN, _nonneg_num),
+    _f("num_gpus_per_env_runner", float, 0, RUN, _nonneg_num),
+    _f("custom_resources_per_env_runner", dict, {}, RUN, _D),
+    _f("validate_env_runners_after_construction", bool, True, RUN, _B),
+    _f("sample_timeout_s", float | None, 60.0, RUN, _pos_num_or_none),
+    _f("max_requests_in_flight_per_env_runner", int, 1, RUN, _pos_int),
+    _f("env_to_module_connector", Callable | None, None, RUN, c.optional_callable),
+    _f("module_to_env_connector", Callable | None, None, RUN, c.optional_callable),
+    _f("add_default_connectors_to_env_to_module_pipeline", bool, True, RUN, _B),
+    _f("add_default_connectors_to_module_to_env_pipeline", bool, True, RUN, _B),
+    _f("episode_lookback_horizon", int, 1, RUN, _nonneg_int),
+    _f("merge_env_runner_states", bool | str, "training_only", RUN, c.merge_env_runner_states),
+    _f("broadcast_env_runner_states", bool, True, RUN, _B),
+    _f("use_env_runner_state_server", bool, False, RUN, _B),
+    _f("env_runner_state_server_max_concurrency", int, 16, RUN, _pos_int),
+    _f("compress_observations", bool | str, False, RUN),
+    _f("rollout_fragment_length", int | str, 200, RUN, c.rollout_fragment_length),
+    _f(
+        "batch_mode",
+        str,
+        "truncate_episodes",
+        RUN,
+        c.choice("truncate_episodes", "complete_episodes"),
+    ),
+    _f("explore", bool, True, (RUN, EXPL), _B),
+    _f("episodes_to_numpy", bool, True, RUN, _B),
+    _f("use_worker_filter_stats", bool, True, RUN, _B),
+    _f("update_worker_filter_stats", bool, True, RUN, _B),
+    _f("exploration_config", dict, {}, (RUN, EXPL), _D),
+    _f("remote_worker_envs", bool, False, RUN, _B),
+    _f("remote_env_batch_wait_ms", float, 0, RUN, _nonneg_num),
+    _f("preprocessor_pref", str | None, "deepmind", RUN, c.optional_string),
+    _f("observation_filter", Any, "NoFilter", RUN, c.observation_filter),
+    _f("sampler_perf_stats_ema_coef", float | None, None, RUN, _nonneg_num_or_none),
+    _f("sync_filters_on_rollout_workers_timeout_s", float, 10.0, RUN, _nonneg_num),
     # --- fault_tolerance() ---
-    restart_failed_env_runners: bool = _f(True, FT, _B)
-    ignore_env_runner_failures: bool = _f(False, FT, _B)
-    max_num_env_runner_restarts: int = _f(1000, FT, c.integer(-1))
+    _f("restart_failed_env_runners", bool, True, FT, _B),
+    _f("ignore_env_runner_failures", bool, False, FT, _B),
+    _f("max_num_env_runner_restarts", int, 1000, FT, c.integer(-1)),
     # DELIBERATE DIFFERENCE: RLlib waits 60 s before a failed runner exits to be
     # restarted (pain point: users wait a minute per fault); we default to 1 s.
-    delay_between_env_runner_restarts_s: float = _f(1.0, FT, _nonneg_num)
-    restart_failed_sub_environments: bool = _f(False, FT, _B)
-    num_consecutive_env_runner_failures_tolerance: int = _f(100, FT, _nonneg_int)
-    env_runner_health_probe_timeout_s: float = _f(30.0, FT, _nonneg_num)
-    env_runner_restore_timeout_s: float = _f(1800.0, FT, _nonneg_num)
+    _f("delay_between_env_runner_restarts_s", float, 1.0, FT, _nonneg_num),
+    _f("restart_failed_sub_environments", bool, False, FT, _B),
+    _f("num_consecutive_env_runner_failures_tolerance", int, 100, FT, _nonneg_int),
+    _f("env_runner_health_probe_timeout_s", float, 30.0, FT, _nonneg_num),
+    _f("env_runner_restore_timeout_s", float, 1800.0, FT, _nonneg_num),
     # --- multi_agent() ---
-    policies: dict[str, PolicySpec] = _f({DEFAULT_POLICY_ID: PolicySpec()}, MA, c.policies)
-    policy_map_capacity: int = _f(100, MA, _pos_int)
-    policy_mapping_fn: Callable = _f(default_policy_mapping_fn, MA, c.optional_callable)
-    policies_to_train: Any = _f(None, MA, c.policies_to_train)
-    policy_states_are_swappable: bool = _f(False, MA, _B)
-    observation_fn: Callable | None = _f(None, MA, c.optional_callable)
-    count_steps_by: str = _f("env_steps", MA, c.choice("env_steps", "agent_steps"))
+    _f("policies", dict[str, PolicySpec], {DEFAULT_POLICY_ID: PolicySpec()}, MA, c.policies),
+    _f("policy_map_capacity", int, 100, MA, _pos_int),
+    _f("policy_mapping_fn", Callable, default_policy_mapping_fn, MA, c.optional_callable),
+    _f("policies_to_train", Any, None, MA, c.policies_to_train),
+    _f("policy_states_are_swappable", bool, False, MA, _B),
+    _f("observation_fn", Callable | None, None, MA, c.optional_callable),
+    _f("count_steps_by", str, "env_steps", MA, c.choice("env_steps", "agent_steps")),
     # --- offline_data() ---
-    input_: Any = _f("sampler", OFF, c.input_)
-    input_config: dict = _f({}, OFF, _D)
-    actions_in_input_normalized: bool = _f(False, OFF, _B)
-    postprocess_inputs: bool = _f(False, OFF, _B)
-    shuffle_buffer_size: int = _f(0, OFF, _nonneg_int)
-    output: Any = _f(None, OFF, c.output)
-    output_config: dict = _f({}, OFF, _D)
-    output_compress_columns: list[str] = _f(["obs", "new_obs"], OFF)
-    output_max_file_size: int = _f(64 * 1024 * 1024, OFF, _pos_int)
-    offline_sampling: bool = _f(False, OFF, _B)
+    _f("input_", Any, "sampler", OFF, c.input_),
+    _f("input_config", dict, {}, OFF, _D),
+    _f("actions_in_input_normalized", bool, False, OFF, _B),
+    _f("postprocess_inputs", bool, False, OFF, _B),
+    _f("shuffle_buffer_size", int, 0, OFF, _nonneg_int),
+    _f("output", Any, None, OFF, c.output),
+    _f("output_config", dict, {}, OFF, _D),
+    _f("output_compress_columns", list[str], ["obs", "new_obs"], OFF),
+    _f("output_max_file_size", int, 64 * 1024 * 1024, OFF, _pos_int),
+    _f("offline_sampling", bool, False, OFF, _B),
     # --- rl_module() ---
-    model_config: dict = _f(dict(c.MODEL_DEFAULTS), MOD, c.model_config)
-    rl_module_spec: Any = _f(None, MOD)
-    algorithm_config_overrides_per_module: dict = _f({}, (MOD, MA), _D)
+    _f("model_config", dict, dict(c.MODEL_DEFAULTS), MOD, c.model_config),
+    _f("rl_module_spec", Any, None, MOD),
+    _f("algorithm_config_overrides_per_module", dict, {}, (MOD, MA), _D),
     # --- training() (and learners()) ---
-    gamma: float = _f(0.99, TRAIN, _nonneg_num)
-    lr: float | list = _f(0.001, TRAIN, c.learning_rate)
-    grad_clip: float | None = _f(None, TRAIN, _nonneg_num_or_none)
-    grad_clip_by: str = _f("global_norm", TRAIN, c.choice("value", "norm", "global_norm"))
-    train_batch_size: int = _f(4000, TRAIN, _pos_int)
-    train_batch_size_per_learner: int | None = _f(None, TRAIN, _pos_int_or_none)
-    num_epochs: int = _f(1, TRAIN, _pos_int)
-    minibatch_size: int | None = _f(None, TRAIN, _pos_int_or_none)
-    shuffle_batch_per_epoch: bool = _f(False, TRAIN, _B)
-    optimizer: dict = _f({}, TRAIN, _D)
-    learner_class: type | None = _f(None, (TRAIN, LRN), c.optional_class)
-    learner_connector: Callable | None = _f(None, (TRAIN, LRN), c.optional_callable)
-    add_default_connectors_to_learner_pipeline: bool = _f(True, (TRAIN, LRN), _B)
-    learner_config_dict: dict = _f({}, (TRAIN, LRN), _D)
-    num_aggregator_actors_per_learner: int = _f(0, (TRAIN, LRN), _nonneg_int)
-    max_requests_in_flight_per_aggregator_actor: int = _f(3, (TRAIN, LRN), _pos_int)
-    num_learners: int = _f(0, LRN, _nonneg_int)
-    num_cpus_per_learner: float | str = _f("auto", LRN)
-    num_gpus_per_learner: float = _f(0, LRN, _nonneg_num)
-    custom_resources_per_learner: dict = _f({}, LRN, _D)
-    local_gpu_idx: int = _f(0, LRN, _nonneg_int)
-    max_requests_in_flight_per_learner: int = _f(3, LRN, _pos_int)
+    _f("gamma", float, 0.99, TRAIN, _nonneg_num),
+    _f("lr", float | list, 0.001, TRAIN, c.learning_rate),
+    _f("grad_clip", float | None, None, TRAIN, _nonneg_num_or_none),
+    _f("grad_clip_by", str, "global_norm", TRAIN, c.choice("value", "norm", "global_norm")),
+    _f("train_batch_size", int, 4000, TRAIN, _pos_int),
+    _f("train_batch_size_per_learner", int | None, None, TRAIN, _pos_int_or_none),
+    _f("num_epochs", int, 1, TRAIN, _pos_int),
+    _f("minibatch_size", int | None, None, TRAIN, _pos_int_or_none),
+    _f("shuffle_batch_per_epoch", bool, False, TRAIN, _B),
+    _f("optimizer", dict, {}, TRAIN, _D),
+    _f("learner_class", type | None, None, (TRAIN, LRN), c.optional_class),
+    _f("learner_connector", Callable | None, None, (TRAIN, LRN), c.optional_callable),
+    _f("add_default_connectors_to_learner_pipeline", bool, True, (TRAIN, LRN), _B),
+    _f("learner_config_dict", dict, {}, (TRAIN, LRN), _D),
+    _f("num_aggregator_actors_per_learner", int, 0, (TRAIN, LRN), _nonneg_int),
+    _f("max_requests_in_flight_per_aggregator_actor", int, 3, (TRAIN, LRN), _pos_int),
+    _f("num_learners", int, 0, LRN, _nonneg_int),
+    _f("num_cpus_per_learner", float | str, "auto", LRN),
+    _f("num_gpus_per_learner", float, 0, LRN, _nonneg_num),
+    _f("custom_resources_per_learner", dict, {}, LRN, _D),
+    _f("local_gpu_idx", int, 0, LRN, _nonneg_int),
+    _f("max_requests_in_flight_per_learner", int, 3, LRN, _pos_int),
     # --- framework() ---
-    framework_str: str = _f("torch", FW, c.framework, kwarg="framework")
-    torch_compile_learner: bool = _f(False, FW, _B)
-    torch_compile_learner_what_to_compile: str = _f("forward_train", FW)
-    torch_compile_learner_dynamo_backend: str = _f("inductor", FW)
-    torch_compile_learner_dynamo_mode: str | None = _f(None, FW)
-    torch_compile_worker: bool = _f(False, FW, _B)
-    torch_compile_worker_dynamo_backend: str = _f("onnxrt", FW)
-    torch_compile_worker_dynamo_mode: str | None = _f(None, FW)
-    torch_ddp_kwargs: dict = _f({}, FW, _D)
-    torch_skip_nan_gradients: bool = _f(False, FW, _B)
+    _f("framework_str", str, "torch", FW, c.framework, kwarg="framework"),
+    _f("torch_compile_learner", bool, False, FW, _B),
+    _f("torch_compile_learner_what_to_compile", str, "forward_train", FW),
+    _f("torch_compile_learner_dynamo_backend", str, "inductor", FW),
+    _f("torch_compile_learner_dynamo_mode", str | None, None, FW),
+    _f("torch_compile_worker", bool, False, FW, _B),
+    _f("torch_compile_worker_dynamo_backend", str, "onnxrt", FW),
+    _f("torch_compile_worker_dynamo_mode", str | None, None, FW),
+    _f("torch_ddp_kwargs", dict, {}, FW, _D),
+    _f("torch_skip_nan_gradients", bool, False, FW, _B),
     # --- api_stack() ---
-    enable_rl_module_and_learner: bool = _f(True, "api_stack", _B)
-    enable_env_runner_and_connector_v2: bool = _f(True, "api_stack", _B)
+    _f("enable_rl_module_and_learner", bool, True, "api_stack", _B),
+    _f("enable_env_runner_and_connector_v2", bool, True, "api_stack", _B),
     # --- debugging() ---
-    log_level: str = _f("WARN", DBG, c.log_level)
-    log_sys_usage: bool = _f(True, DBG, _B)
-    fake_sampler: bool = _f(False, DBG, _B)
-    seed: int | None = _f(None, DBG, c.seed)
+    _f("log_level", str, "WARN", DBG, c.log_level),
+    _f("log_sys_usage", bool, True, DBG, _B),
+    _f("fake_sampler", bool, False, DBG, _B),
+    _f("seed", int | None, None, DBG, c.seed),
     # --- callbacks() ---
-    callbacks_class: list[type] = _f([], CBS, c.callbacks_class)
-    callbacks_on_algorithm_init: list | None = _f(None, CBS, _CB, kwarg="on_algorithm_init")
-    callbacks_on_train_result: list | None = _f(None, CBS, _CB, kwarg="on_train_result")
-    callbacks_on_evaluate_start: list | None = _f(None, CBS, _CB, kwarg="on_evaluate_start")
-    callbacks_on_evaluate_end: list | None = _f(None, CBS, _CB, kwarg="on_evaluate_end")
-    callbacks_on_env_runners_recreated: list | None = _f(
-        None, CBS, _CB, kwarg="on_env_runners_recreated"
-    )
-    callbacks_on_checkpoint_loaded: list | None = _f(None, CBS, _CB, kwarg="on_checkpoint_loaded")
-    callbacks_on_environment_created: list | None = _f(
-        None, CBS, _CB, kwarg="on_environment_created"
-    )
-    callbacks_on_episode_created: list | None = _f(None, CBS, _CB, kwarg="on_episode_created")
-    callbacks_on_episode_start: list | None = _f(None, CBS, _CB, kwarg="on_episode_start")
-    callbacks_on_episode_step: list | None = _f(None, CBS, _CB, kwarg="on_episode_step")
-    callbacks_on_episode_end: list | None = _f(None, CBS, _CB, kwarg="on_episode_end")
-    callbacks_on_sample_end: list | None = _f(None, CBS, _CB, kwarg="on_sample_end")
+    _f("callbacks_class", list[type], [], CBS, c.callbacks_class),
+    _f("callbacks_on_algorithm_init", list | None, None, CBS, _CB, kwarg="on_algorithm_init"),
+    _f("callbacks_on_train_result", list | None, None, CBS, _CB, kwarg="on_train_result"),
+    _f("callbacks_on_evaluate_start", list | None, None, CBS, _CB, kwarg="on_evaluate_start"),
+    _f("callbacks_on_evaluate_end", list | None, None, CBS, _CB, kwarg="on_evaluate_end"),
+    _f(
+        "callbacks_on_env_runners_recreated",
+        list | None,
+        None,
+        CBS,
+        _CB,
+        kwarg="on_env_runners_recreated",
+    ),
+    _f("callbacks_on_checkpoint_loaded", list | None, None, CBS, _CB, kwarg="on_checkpoint_loaded"),
+    _f(
+        "callbacks_on_environment_created",
+        list | None,
+        None,
+        CBS,
+        _CB,
+        kwarg="on_environment_created",
+    ),
+    _f("callbacks_on_episode_created", list | None, None, CBS, _CB, kwarg="on_episode_created"),
+    _f("callbacks_on_episode_start", list | None, None, CBS, _CB, kwarg="on_episode_start"),
+    _f("callbacks_on_episode_step", list | None, None, CBS, _CB, kwarg="on_episode_step"),
+    _f("callbacks_on_episode_end", list | None, None, CBS, _CB, kwarg="on_episode_end"),
+    _f("callbacks_on_sample_end", list | None, None, CBS, _CB, kwarg="on_sample_end"),
     # --- reporting() ---
-    keep_per_episode_custom_metrics: bool = _f(False, REP, _B)
-    metrics_episode_collection_timeout_s: float = _f(60.0, REP, _nonneg_num)
-    metrics_num_episodes_for_smoothing: int = _f(100, REP, _pos_int)
-    min_time_s_per_iteration: float | None = _f(None, REP, _nonneg_num_or_none)
-    min_train_timesteps_per_iteration: int = _f(0, REP, _nonneg_int)
-    min_sample_timesteps_per_iteration: int = _f(0, REP, _nonneg_int)
-    log_gradients: bool = _f(False, REP, _B)
-    custom_stats_cls_lookup: dict = _f({}, REP, _D)
+    _f("keep_per_episode_custom_metrics", bool, False, REP, _B),
+    _f("metrics_episode_collection_timeout_s", float, 60.0, REP, _nonneg_num),
+    _f("metrics_num_episodes_for_smoothing", int, 100, REP, _pos_int),
+    _f("min_time_s_per_iteration", float | None, None, REP, _nonneg_num_or_none),
+    _f("min_train_timesteps_per_iteration", int, 0, REP, _nonneg_int),
+    _f("min_sample_timesteps_per_iteration", int, 0, REP, _nonneg_int),
+    _f("log_gradients", bool, False, REP, _B),
+    _f("custom_stats_cls_lookup", dict, {}, REP, _D),
     # --- evaluation() ---
-    evaluation_interval: int | None = _f(None, EVAL, c.integer(0, allow_none=True))
-    evaluation_duration: int | str = _f(10, EVAL, c.int_or_auto(1))
-    evaluation_duration_unit: str = _f("episodes", EVAL, c.choice("episodes", "timesteps"))
-    evaluation_auto_duration_min_env_steps_per_sample: int = _f(100, EVAL, _pos_int)
-    evaluation_auto_duration_max_env_steps_per_sample: int = _f(2000, EVAL, _pos_int)
-    evaluation_sample_timeout_s: float = _f(120.0, EVAL, _pos_num)
-    evaluation_parallel_to_training: bool = _f(False, EVAL, _B)
-    evaluation_force_reset_envs_before_iteration: bool = _f(True, EVAL, _B)
-    evaluation_config: Any = _f(None, EVAL, c.evaluation_config)
-    off_policy_estimation_methods: dict = _f({}, EVAL, _D)
-    ope_split_batch_by_episode: bool = _f(True, EVAL, _B)
-    evaluation_num_env_runners: int = _f(0, EVAL, _nonneg_int)
-    custom_evaluation_function: Callable | None = _f(None, EVAL, c.optional_callable)
-    in_evaluation: bool = _f(False, (), _B)  # set on evaluation copies, not by a builder
+    _f("evaluation_interval", int | None, None, EVAL, c.integer(0, allow_none=True)),
+    _f("evaluation_duration", int | str, 10, EVAL, c.int_or_auto(1)),
+    _f("evaluation_duration_unit", str, "episodes", EVAL, c.choice("episodes", "timesteps")),
+    _f("evaluation_auto_duration_min_env_steps_per_sample", int, 100, EVAL, _pos_int),
+    _f("evaluation_auto_duration_max_env_steps_per_sample", int, 2000, EVAL, _pos_int),
+    _f("evaluation_sample_timeout_s", float, 120.0, EVAL, _pos_num),
+    _f("evaluation_parallel_to_training", bool, False, EVAL, _B),
+    _f("evaluation_force_reset_envs_before_iteration", bool, True, EVAL, _B),
+    _f("evaluation_config", Any, None, EVAL, c.evaluation_config),
+    _f("off_policy_estimation_methods", dict, {}, EVAL, _D),
+    _f("ope_split_batch_by_episode", bool, True, EVAL, _B),
+    _f("evaluation_num_env_runners", int, 0, EVAL, _nonneg_int),
+    _f("custom_evaluation_function", Callable | None, None, EVAL, c.optional_callable),
+    _f("in_evaluation", bool, False, (), _B),  # set on evaluation copies, not by a builder
     # --- resources() ---
-    num_gpus: float = _f(0, RES, _nonneg_num)
-    _fake_gpus: bool = _f(False, RES, _B)
-    num_cpus_for_main_process: float = _f(1, RES, _nonneg_num)
-    custom_resources_for_main_process: dict = _f({}, RES, _D)
-    placement_strategy: str = _f(
-        "PACK", RES, c.choice("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-    )
+    _f("num_gpus", float, 0, RES, _nonneg_num),
+    _f("_fake_gpus", bool, False, RES, _B),
+    _f("num_cpus_for_main_process", float, 1, RES, _nonneg_num),
+    _f("custom_resources_for_main_process", dict, {}, RES, _D),
+    _f(
+        "placement_strategy",
+        str,
+        "PACK",
+        RES,
+        c.choice("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+    ),
     # --- checkpointing(), python_environment() ---
-    export_native_model_files: bool = _f(False, CKPT, _B)
-    checkpoint_trainable_policies_only: bool = _f(False, CKPT, _B)
-    extra_python_environs_for_driver: dict = _f({}, PYENV, _D)
-    extra_python_environs_for_worker: dict = _f({}, PYENV, _D)
+    _f("export_native_model_files", bool, False, CKPT, _B),
+    _f("checkpoint_trainable_policies_only", bool, False, CKPT, _B),
+    _f("extra_python_environs_for_driver", dict, {}, PYENV, _D),
+    _f("extra_python_environs_for_worker", dict, {}, PYENV, _D),
     # --- experimental() ---
-    _validate_config: bool = _f(True, EXP, _B)
-    _use_msgpack_checkpoints: bool = _f(False, EXP, _B)
-    _torch_grad_scaler_class: type | None = _f(None, EXP, c.optional_class)
-    _torch_lr_scheduler_classes: Any = _f(None, EXP)
-    _disable_preprocessor_api: bool = _f(False, EXP, _B)
-    _disable_action_flattening: bool = _f(False, EXP, _B)
-    _disable_initialize_loss_from_dummy_batch: bool = _f(False, EXP, _B)
-    _dont_auto_sync_env_runner_states: bool = _f(False, (), _B)
+    _f("_validate_config", bool, True, EXP, _B),
+    _f("_use_msgpack_checkpoints", bool, False, EXP, _B),
+    _f("_torch_grad_scaler_class", type | None, None, EXP, c.optional_class),
+    _f("_torch_lr_scheduler_classes", Any, None, EXP),
+    _f("_disable_preprocessor_api", bool, False, EXP, _B),
+    _f("_disable_action_flattening", bool, False, EXP, _B),
+    _f("_disable_initialize_loss_from_dummy_batch", bool, False, EXP, _B),
+    _f("_dont_auto_sync_env_runner_states", bool, False, (), _B),
+)
 
 
-def finalize_fields(cls: type) -> None:
-    """Make ``cls`` a dataclass of its annotated keys and build its lookup tables.
+def extend_fields(
+    inherited: Mapping[str, ConfigField],
+    annotations: Mapping[str, Any],
+    namespace: Mapping[str, Any],
+) -> dict[str, ConfigField]:
+    """Return the table of a config subclass: ``inherited`` plus its class-body declarations.
 
-    Why: called for the base and, via ``__init_subclass__``, for every subclass,
-    so algorithm configs add keys by plain annotated class attributes.
-    Redeclared inherited keys keep their builder section and check.
+    Why: algorithm configs add keys by plain annotated class attributes. An
+    annotated name with a :func:`config_field` value is declared as given; with a
+    plain value it is a new ``training()`` key, or, if inherited, keeps its builder
+    and check and only changes its default. A plain (unannotated) class attribute
+    naming an inherited key (``lr = 5e-5``) also only changes the default.
     """
-    inherited = dict(getattr(cls, "_FIELDS", {}))
-    if cls is not _ConfigFields:
-        dataclasses.dataclass(cls, init=False, repr=False, eq=False)
-    for f in dataclasses.fields(cls):
-        if not f.metadata:
-            base = inherited.get(f.name)
-            meta = dict(base.metadata) if base else {"sections": (TRAIN,), "check": c.any_value}
-            meta.setdefault("kwarg", None)
-            f.metadata = types.MappingProxyType(meta)
-    cls._FIELDS = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, dict[str, str]] = {}
-    for f in cls._FIELDS.values():
-        for section in f.metadata["sections"]:
-            kwargs.setdefault(section, {})[f.metadata["kwarg"] or f.name] = f.name
-    cls._KWARGS = kwargs
+    fields = dict(inherited)
+    for name, value in namespace.items():
+        declared = value if isinstance(value, ConfigField) else None
+        if name not in annotations and (declared is None and name not in inherited):
+            continue
+        if declared is not None:
+            fields[name] = dataclasses.replace(declared, name=name, type=annotations.get(name, Any))
+        elif name in inherited:
+            fields[name] = dataclasses.replace(inherited[name], default=value)
+        else:
+            fields[name] = ConfigField(name, annotations[name], value)
+    return fields
 
 
-finalize_fields(_ConfigFields)
-
-
-def default_value(cls: type, field: dataclasses.Field) -> Any:
-    """Return a fresh default of ``field`` for a new instance of ``cls``.
-
-    A plain class attribute of the same name in a subclass (``lr = 5e-5``,
-    without annotation) overrides the declared default.
-    """
-    value = getattr(cls, field.name, dataclasses.MISSING)
-    if value is dataclasses.MISSING:
-        return field.default_factory()
-    return copy.deepcopy(value)
+def builder_keywords(fields: Mapping[str, ConfigField]) -> dict[str, dict[str, str]]:
+    """Return ``{builder section: {keyword: attribute name}}`` for ``fields``."""
+    keywords: dict[str, dict[str, str]] = {}
+    for field in fields.values():
+        for section in field.sections:
+            keywords.setdefault(section, {})[field.keyword] = field.name
+    return keywords
 
 
 # Old key name -> (new key name, builder sections that still accept the old name).

@@ -17,19 +17,15 @@ import zipfile
 from collections.abc import Iterator
 from typing import Any
 
-from envrunners.errors import OfflineDataError
+from envrunners.errors import OfflineDataError, OfflineInputNotFoundError, PickleNotAllowedError
 from envrunners.offline._rolling_file import TMP_SUFFIX
-from envrunners.offline.json_codec import PickleNotAllowedError, loads, record_to_object
+from envrunners.offline.json_codec import loads, record_to_object
 
-__all__ = ["OfflineInputNotFoundError", "iter_lines", "parse_line", "resolve_inputs"]
+__all__ = ["iter_lines", "parse_line", "resolve_inputs"]
 
 logger = logging.getLogger("envrunners")
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 _PREVIEW = 60
-
-
-class OfflineInputNotFoundError(OfflineDataError, FileNotFoundError):
-    """An offline input path, glob or directory matches no readable file."""
 
 
 def _scheme(path: str) -> str | None:

@@ -5,7 +5,7 @@ read Parquet. One Parquet row is one timestep. Nested columns are flattened with
 dots (``obs.position``, tuple items ``obs.0``); multi-dimensional columns become
 fixed-size lists of their flattened rows; complex numbers become ``[real, imag]``
 pairs; ``infos`` and other object columns become JSON strings (plain-data tagged,
-see ``_plain``). The exact dtype and per-row shape of every column is stored in
+see ``_plain_data``). The exact dtype and per-row shape of every column is stored in
 the schema metadata under ``b"envrunners"``.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from envrunners.offline import _plain
+from envrunners.offline import _plain_data
 from envrunners.policy.sample_batch import SampleBatch
 
 __all__ = ["METADATA_KEY", "batch_to_table"]
@@ -38,7 +38,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 def _json_rows(values: Any, name: str) -> list[str]:
     return [
-        json.dumps(_plain.encode(v, f"{name}[{i}]", drop=True), allow_nan=False)
+        json.dumps(_plain_data.encode(v, f"{name}[{i}]", drop=True), allow_nan=False)
         for i, v in enumerate(values)
     ]
 

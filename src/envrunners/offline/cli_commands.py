@@ -18,11 +18,11 @@ import sys
 from collections import Counter
 from typing import Any
 
-from envrunners.errors import OfflineDataError
-from envrunners.offline import _plain
+from envrunners.errors import OfflineDataError, PickleNotAllowedError
+from envrunners.offline import _plain_data
 from envrunners.offline._input_files import iter_lines, parse_line, resolve_inputs
 from envrunners.offline._rolling_file import TMP_SUFFIX, recover_partial_files
-from envrunners.offline.json_codec import PickleNotAllowedError, loads
+from envrunners.offline.json_codec import loads
 from envrunners.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 __all__ = ["add_offline_subcommands", "main", "offline_convert", "offline_info", "offline_recover"]
@@ -33,7 +33,7 @@ _MAX_ERRORS = 10
 def _describe(value: Any) -> dict[str, Any]:
     """dtype/shape/format of one column value without decoding arrays."""
     if isinstance(value, str):
-        if value.startswith(_plain.ARRAY_PREFIX):
+        if value.startswith(_plain_data.ARRAY_PREFIX):
             _, codec, dtype, shape, _ = value.split(":", 4)
             dims = [int(d) for d in shape.split(",")] if shape else []
             return {"format": f"codec/{codec}", "dtype": dtype, "shape": dims}
@@ -41,7 +41,7 @@ def _describe(value: Any) -> dict[str, Any]:
     if isinstance(value, list):
         return {"format": "list", "shape": [len(value)]}
     if isinstance(value, dict):
-        if len(value) == 1 and next(iter(value)) in _plain.TAGS:
+        if len(value) == 1 and next(iter(value)) in _plain_data.TAGS:
             tag, payload = next(iter(value.items()))
             if tag == "__objects__":
                 return {"format": "objects", "shape": list(payload[0])}

@@ -18,7 +18,7 @@ Column values written by envrunners:
   datetime) and shape, encoded and decoded whole (no per-row Python);
 - nested (dict) columns are JSON objects of such values, tuples ``{"__tuple__": [...]}``;
 - ``infos`` is a JSON list of info dicts when they are plain JSON, else
-  ``{"__objects__": [shape, items]}`` with tagged values (see ``_plain``); it reads
+  ``{"__objects__": [shape, items]}`` with tagged values (see ``_plain_data``); it reads
   back as a 1-d numpy object array (as RLlib's reader gives);
 - other object columns use ``{"__objects__": ...}`` as well.
 
@@ -40,12 +40,17 @@ from typing import Any
 
 import numpy as np
 
-from envrunners.errors import OfflineDataError
-from envrunners.offline import _plain
-from envrunners.offline._plain import ARRAY_PREFIX, TAG_DICT, TAG_TUPLE, UnencodableValueError
+from envrunners.errors import (
+    CompressionError,
+    OfflineDataError,
+    PickleNotAllowedError,
+    UnencodableValueError,
+)
+from envrunners.offline import _plain_data
+from envrunners.offline._plain_data import ARRAY_PREFIX, TAG_DICT, TAG_TUPLE
 from envrunners.policy._batch_ops import is_packed_rows, is_torch_tensor
 from envrunners.policy.sample_batch import MultiAgentBatch, SampleBatch
-from envrunners.utils.compression import CompressionError, is_compressed, unpack
+from envrunners.utils.compression import is_compressed, unpack
 
 try:  # orjson is optional and faster; the stdlib json is the fallback.
     import orjson as _orjson
@@ -69,10 +74,6 @@ EPISODE_TYPES = ("SingleAgentEpisode", "MultiAgentEpisode")
 RECORD_TYPES = BATCH_TYPES + EPISODE_TYPES
 INFOS = SampleBatch.INFOS
 _RLLIB_LZ4_B64 = "BCJNG"  # base64 of the LZ4 frame magic 04 22 4D 18: RLlib's pack()
-
-
-class PickleNotAllowedError(OfflineDataError):
-    """A record holds RLlib's cloudpickle-packed data and ``allow_pickle`` was not given."""
 
 
 # --------------------------------------------------------------------------- JSON
@@ -123,7 +124,9 @@ def batch_to_record(
         policies = {pid: _columns(b, drop_non_json_infos, dropped, f"policy {pid!r}: ")
                     for pid, b in batch.policy_batches.items()}  # fmt: skip
         if not all(type(pid) is str for pid in policies):
-            policies = {TAG_DICT: [[_plain.encode(p, "policy id"), c] for p, c in policies.items()]}
+            policies = {
+                TAG_DICT: [[_plain_data.encode(p, "policy id"), c] for p, c in policies.items()]
+            }
         return {"type": "MultiAgentBatch", "count": int(batch.count), "policy_batches": policies}
     if isinstance(batch, SampleBatch):
         return {"type": "SampleBatch", **_columns(batch, drop_non_json_infos, dropped, "")}
@@ -149,30 +152,30 @@ def _encode_column(value: Any, where: str) -> Any:
     if isinstance(value, np.ndarray):
         if is_packed_rows(value):  # SampleBatch.compress() packed each row
             value = np.stack([unpack(row) for row in value])
-        return _plain.encode(value, where)
+        return _plain_data.encode(value, where)
     if isinstance(value, str) and is_compressed(value):  # already one packed array
         return value
     if type(value) is dict:
         if all(type(k) is str for k in value) and not (
-            len(value) == 1 and next(iter(value)) in _plain.TAGS
+            len(value) == 1 and next(iter(value)) in _plain_data.TAGS
         ):
             return {k: _encode_column(v, f"{where}[{k!r}]") for k, v in value.items()}
-        return _plain.encode(value, where)
+        return _plain_data.encode(value, where)
     if type(value) is tuple:
         return {TAG_TUPLE: [_encode_column(v, f"{where}[{i}]") for i, v in enumerate(value)]}
     if is_torch_tensor(value):
-        return _plain.encode(value.detach().cpu().numpy(), where)
-    return _plain.encode(value, where)
+        return _plain_data.encode(value.detach().cpu().numpy(), where)
+    return _plain_data.encode(value, where)
 
 
 def _encode_infos(value: Any, where: str, drop: bool, dropped: list | None) -> Any:
     if isinstance(value, np.ndarray) and value.dtype.kind != "O":
-        return _plain.encode(value, where)
+        return _plain_data.encode(value, where)
     rows = value.tolist() if isinstance(value, np.ndarray) and value.ndim == 1 else value
     if isinstance(rows, list):
-        if all(type(r) is dict and not r for r in rows) or all(map(_plain.is_plain, rows)):
+        if all(type(r) is dict and not r for r in rows) or all(map(_plain_data.is_plain, rows)):
             return rows
-    return _plain.encode(_plain.object_array(list(rows)), where, drop, dropped)
+    return _plain_data.encode(_plain_data.object_array(list(rows)), where, drop, dropped)
 
 
 def episode_to_record(
@@ -193,7 +196,7 @@ def episode_to_record(
     kind = type(episode).__name__
     if kind not in EPISODE_TYPES or not hasattr(episode, "get_state"):
         raise TypeError(f"expected a SingleAgentEpisode or MultiAgentEpisode, got {kind}")
-    state = _plain.encode(episode.get_state(), f"{kind} state", drop_non_json_values, dropped)
+    state = _plain_data.encode(episode.get_state(), f"{kind} state", drop_non_json_values, dropped)
     return {"type": kind, "state": state}
 
 
@@ -220,7 +223,7 @@ def record_to_object(record: Any, *, allow_pickle: bool = False, episodes: bool 
     if kind == "MultiAgentBatch":
         policies = record.get("policy_batches")
         if isinstance(policies, dict) and len(policies) == 1 and TAG_DICT in policies:
-            pairs = [(_plain.decode(p), b) for p, b in policies[TAG_DICT]]
+            pairs = [(_plain_data.decode(p), b) for p, b in policies[TAG_DICT]]
         elif isinstance(policies, dict):
             pairs = list(policies.items())
         else:
@@ -232,7 +235,7 @@ def record_to_object(record: Any, *, allow_pickle: bool = False, episodes: bool 
         from envrunners.env.single_agent_episode import SingleAgentEpisode
 
         cls = SingleAgentEpisode if kind == "SingleAgentEpisode" else MultiAgentEpisode
-        episode = cls.from_state(_plain.decode(record["state"]))
+        episode = cls.from_state(_plain_data.decode(record["state"]))
         return episode if episodes else episode.get_sample_batch()
     raise ValueError(f"unknown record type {kind!r}; expected one of {list(RECORD_TYPES)}")
 
@@ -266,11 +269,11 @@ def _decode_column(key: str, value: Any, allow_pickle: bool) -> Any:
         return _rllib_packed(key, value, allow_pickle)
     if t is list:  # RLlib's uncompressed layout
         if key == INFOS:
-            return _plain.object_array(value)
+            return _plain_data.object_array(value)
         return np.asarray(value)
     if t is dict:
-        if len(value) == 1 and next(iter(value)) in _plain.TAGS:
-            return _plain.decode(value)
+        if len(value) == 1 and next(iter(value)) in _plain_data.TAGS:
+            return _plain_data.decode(value)
         return {k: _decode_column(k, v, allow_pickle) for k, v in value.items()}
     return value
 

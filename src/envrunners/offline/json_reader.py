@@ -28,16 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from envrunners.errors import OfflineDataError
-from envrunners.offline._input_files import (
-    OfflineInputNotFoundError,
-    iter_lines,
-    parse_line,
-    resolve_inputs,
-)
+from envrunners.errors import OfflineDataError, OfflineInputNotFoundError, PickleNotAllowedError
+from envrunners.offline._input_files import iter_lines, parse_line, resolve_inputs
 from envrunners.offline.input_reader import InputReader
 from envrunners.offline.io_context import IOContext, _get
-from envrunners.offline.json_codec import PickleNotAllowedError
 from envrunners.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 
 __all__ = ["JsonReader", "OfflineInputNotFoundError", "postprocess_actions"]

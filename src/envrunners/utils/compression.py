@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from envrunners.errors import EnvRunnersError
+from envrunners.errors import CompressionError
 
 try:  # lz4 is optional: faster than zlib at a similar ratio on observation data.
     import lz4.frame as _lz4_frame
@@ -44,10 +44,6 @@ _PREFIX_BYTES = _PREFIX.encode("ascii")
 # b: bool, i/u: ints, f: floats, c: complex, U/S: fixed-width str/bytes, m/M: time.
 _PACKABLE_KINDS = frozenset("biufcUSmM")
 _PREVIEW = 40
-
-
-class CompressionError(EnvRunnersError, ValueError):
-    """An array cannot be packed (object dtype) or a string is not a valid packed array."""
 
 
 def _default_codec() -> str:

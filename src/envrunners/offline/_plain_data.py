@@ -31,13 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from envrunners.errors import OfflineDataError
-from envrunners.utils.compression import MAGIC, CompressionError, pack, unpack
+from envrunners.errors import CompressionError, UnencodableValueError
+from envrunners.utils.compression import MAGIC, pack, unpack
 
 __all__ = [
     "ARRAY_PREFIX",
     "TAGS",
-    "UnencodableValueError",
     "decode",
     "encode",
     "is_plain",
@@ -49,10 +48,6 @@ TAG_STR, TAG_FLOAT, TAG_TUPLE, TAG_DICT = "__str__", "__float__", "__tuple__", "
 TAG_OBJECTS, TAG_SCALAR, TAG_BYTES = "__objects__", "__scalar__", "__bytes__"
 TAGS = frozenset([TAG_STR, TAG_FLOAT, TAG_TUPLE, TAG_DICT, TAG_OBJECTS, TAG_SCALAR, TAG_BYTES])
 _DROP = object()
-
-
-class UnencodableValueError(OfflineDataError, TypeError):
-    """A value to be written is not plain data (it would need pickle); names where it sits."""
 
 
 def _is_tag_dict(d: dict) -> bool:
