@@ -38,7 +38,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
             "envrunners.env.multi_agent_episode",
         }
     ): "",
-    frozenset({"envrunners.evaluation._multi_agent_sampling", "envrunners.evaluation.sampler"}): "",
     frozenset({"envrunners.env._group_state_sync", "envrunners.env._runner_side"}): "",
     frozenset({"envrunners._cli.train", "envrunners._cli.trainer"}): "",
 }

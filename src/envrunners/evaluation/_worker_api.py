@@ -20,8 +20,8 @@ from envrunners.evaluation._policy_setup import (
     complete_policy_specs,
     make_is_policy_to_train,
 )
+from envrunners.evaluation._sampling_hooks import fire
 from envrunners.evaluation._sgd import do_minibatch_sgd
-from envrunners.evaluation.sampler import fire
 from envrunners.policy.policy import Policy
 from envrunners.policy.policy_spec import PolicySpec
 from envrunners.policy.sample_batch import (

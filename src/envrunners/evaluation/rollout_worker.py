@@ -32,9 +32,10 @@ from envrunners.env.runner_setup import close_quietly, make_callbacks
 from envrunners.errors import ConfigError
 from envrunners.evaluation._parallel_iterator import ParallelIteratorWorker
 from envrunners.evaluation._policy_setup import complete_policy_specs, make_is_policy_to_train
+from envrunners.evaluation._sampling_hooks import fire
 from envrunners.evaluation._worker_api import WorkerAPIMixin
 from envrunners.evaluation.metrics import RolloutMetrics
-from envrunners.evaluation.sampler import SyncSampler, fire
+from envrunners.evaluation.sampler import SyncSampler
 from envrunners.offline.io_context import IOContext
 from envrunners.offline.io_selection import input_reader_from_config, output_writer_from_config
 from envrunners.policy.policy_map import PolicyMap
