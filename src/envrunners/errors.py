@@ -7,6 +7,7 @@ value, what was expected and, where there is one, the fix::
     ├── ConfigError(ValueError)      a config key, type or value is wrong
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
     ├── UnknownPolicyError(KeyError) a policy/module id that is not known
+    │   └── UnknownPolicyToRemoveError(ValueError) remove_policy() of an unknown id
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
     ├── EnvRunnerError(RuntimeError) a remote runner failed or hung (runner_index)
     ├── SpaceError(ValueError)       an observation or action outside its space
@@ -29,6 +30,7 @@ __all__ = [
     "OfflineDataError",
     "SpaceError",
     "UnknownPolicyError",
+    "UnknownPolicyToRemoveError",
     "suggest",
 ]
 
@@ -114,3 +116,12 @@ class SpaceError(EnvRunnersError, ValueError):
 
 class MultiAgentEnvError(EnvRunnersError, ValueError):
     """A multi-agent env or episode was used against the multi-agent step protocol."""
+
+
+# -- old API stack (evaluation/) ---------------------------------------------------------------
+class UnknownPolicyToRemoveError(UnknownPolicyError, ValueError):
+    """``RolloutWorker.remove_policy`` was given an id the worker has no policy for.
+
+    A ``ValueError`` too, because RLlib raises ``ValueError`` there; old-stack code
+    catching that keeps working, and ``except UnknownPolicyError`` catches it as well.
+    """
