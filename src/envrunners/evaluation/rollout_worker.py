@@ -75,8 +75,6 @@ def _default_mapping_fn(agent_id: Any, episode: Any = None, worker: Any = None, 
 
 def _filter_shape(space: Any) -> Any:
     """What a filter normalises: Box shapes; ``None`` (pass through) for discrete parts."""
-    import gymnasium as gym
-
     if isinstance(space, gym.spaces.Box):
         return space.shape
     if isinstance(space, gym.spaces.Dict):
@@ -87,6 +85,7 @@ def _filter_shape(space: Any) -> Any:
 
 
 def _resolve_refs(weights: dict[str, Any]) -> dict[str, Any]:
+    """``weights`` with every Ray ``ObjectRef`` value fetched (one ``ray.get`` for all)."""
     refs = {k: v for k, v in weights.items() if type(v).__name__ == "ObjectRef"}
     if not refs:
         return weights
