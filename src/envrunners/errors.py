@@ -9,6 +9,7 @@ value, what was expected and, where there is one, the fix::
     ├── CliError                     bad command-line input (exit code 2) or a failed command
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
     ├── UnknownPolicyError(KeyError) a policy/module id that is not known
+    │   └── UnknownPolicyToRemoveError(ValueError) remove_policy() of an unknown id
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
     │   ├── OfflineInputNotFoundError(FileNotFoundError) an input path matches no file
     │   ├── UnencodableValueError(TypeError) a value to write is not plain data
@@ -49,6 +50,7 @@ __all__ = [
     "SpaceError",
     "UnencodableValueError",
     "UnknownPolicyError",
+    "UnknownPolicyToRemoveError",
     "suggest",
 ]
 
@@ -198,3 +200,12 @@ class PickleNotAllowedError(OfflineDataError):
 
 class CompressionError(EnvRunnersError, ValueError):
     """An array cannot be packed (object dtype) or a string is not a valid packed array."""
+
+
+# -- old API stack (evaluation/) ---------------------------------------------------------------
+class UnknownPolicyToRemoveError(UnknownPolicyError, ValueError):
+    """``RolloutWorker.remove_policy`` was given an id the worker has no policy for.
+
+    A ``ValueError`` too, because RLlib raises ``ValueError`` there; old-stack code
+    catching that keeps working, and ``except UnknownPolicyError`` catches it as well.
+    """

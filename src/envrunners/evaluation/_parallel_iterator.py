@@ -1,8 +1,10 @@
-"""The ``par_iter_*`` methods of ``RolloutWorker`` (RLlib's deprecated ``ParallelIteratorWorker``).
+"""``ParallelIteratorWorker``: the base that gives ``RolloutWorker`` its ``par_iter_*`` methods.
 
-Why: old drivers pulled sample batches from workers through Ray's parallel
-iterators, which call these methods remotely. Only the worker side is needed:
-an item generator, optional transforms, and sharded or time-batched pulls.
+Why: RLlib's ``RolloutWorker`` subclasses ``ray.util.iter.ParallelIteratorWorker``
+(deprecated in Ray, still there), and old drivers pulled sample batches through
+Ray's parallel iterators, which call these methods remotely. It is a class of its
+own with its own state (the item generator and the iterator over it); this is its
+worker side only (transforms, sharded or time-batched pulls), without importing Ray.
 """
 
 from __future__ import annotations
@@ -12,6 +14,24 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 __all__ = ["ParallelIteratorWorker"]
+
+
+def _gather_for(batch_ms: int, pull: Callable[[], Any]) -> list[Any]:
+    """``pull()`` items for ``batch_ms`` milliseconds (one item if 0; at least one).
+
+    ``StopIteration`` ends the batch early; it propagates only if nothing was pulled.
+    """
+    if not batch_ms:
+        return [pull()]
+    deadline = time.monotonic() + batch_ms / 1000.0
+    batch: list[Any] = []
+    try:
+        while time.monotonic() < deadline or not batch:
+            batch.append(pull())
+    except StopIteration:
+        if not batch:
+            raise
+    return batch
 
 
 class ParallelIteratorWorker:
@@ -66,17 +86,7 @@ class ParallelIteratorWorker:
 
     def par_iter_next_batch(self, batch_ms: int) -> list[Any]:
         """Items gathered for ``batch_ms`` milliseconds (one item if 0)."""
-        if not batch_ms:
-            return [self.par_iter_next()]
-        deadline = time.monotonic() + batch_ms / 1000.0
-        batch: list[Any] = []
-        try:
-            while time.monotonic() < deadline or not batch:
-                batch.append(self.par_iter_next())
-        except StopIteration:
-            if not batch:
-                raise
-        return batch
+        return _gather_for(batch_ms, self.par_iter_next)
 
     def par_iter_slice(self, step: int, start: int) -> Any:
         """The next item of shard ``start`` when items are dealt round-robin to ``step`` shards."""
@@ -93,14 +103,4 @@ class ParallelIteratorWorker:
 
     def par_iter_slice_batch(self, step: int, start: int, batch_ms: int) -> list[Any]:
         """``par_iter_slice`` items gathered for ``batch_ms`` milliseconds."""
-        if not batch_ms:
-            return [self.par_iter_slice(step, start)]
-        deadline = time.monotonic() + batch_ms / 1000.0
-        batch: list[Any] = []
-        try:
-            while time.monotonic() < deadline or not batch:
-                batch.append(self.par_iter_slice(step, start))
-        except StopIteration:
-            if not batch:
-                raise
-        return batch
+        return _gather_for(batch_ms, lambda: self.par_iter_slice(step, start))

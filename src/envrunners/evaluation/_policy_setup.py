@@ -3,8 +3,8 @@
 Why: every ``PolicySpec`` may leave its class and spaces open; they are filled
 from the default policy class and from the env (or from spaces another worker
 reported), and each policy gets the main config with its own overrides merged
-in. Kept apart from ``rollout_worker`` so the rules (and their error messages)
-live in one short place.
+in. Pure functions of the config, spaces and env: the worker calls them when it
+is built and in ``add_policy``; they import nothing back from ``rollout_worker``.
 """
 
 from __future__ import annotations

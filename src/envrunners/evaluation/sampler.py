@@ -3,7 +3,7 @@
 Why: a ``RolloutWorker`` reads experience through an input reader; for env
 sampling that reader is a ``SyncSampler``. It steps the worker's vector env with
 the one sampling core (``envrunners.sampling.single_agent.SingleAgentSampler``;
-multi-agent envs go through ``_multi_agent_sampling``), then turns each episode
+multi-agent envs go through ``PolicyMultiAgentSampler``), then turns each episode
 chunk into a ``SampleBatch`` at the edge and lets the chunk's policy postprocess it.
 
 Batch modes: with ``multiple_episodes_in_batch`` (``truncate_episodes``) one
@@ -23,6 +23,14 @@ from typing import Any
 from envrunners.core import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID
 from envrunners.core.columns import Columns
 from envrunners.env.runner_setup import torch_threads
+from envrunners.evaluation._policy_multi_agent_sampler import PolicyMultiAgentSampler
+from envrunners.evaluation._sampling_hooks import (
+    box_action_transform,
+    clip_batch_rewards,
+    fire,
+    policy_action_fn,
+    wants_prev,
+)
 from envrunners.evaluation.episode_to_batch import episode_to_sample_batch
 from envrunners.evaluation.metrics import RolloutMetrics
 from envrunners.offline.input_reader import InputReader
@@ -60,14 +68,6 @@ class SamplerInput(InputReader):
     def get_extra_batches(self) -> list[Any]:
         """Batches produced besides the main data since the last call (e.g. by callbacks)."""
         raise NotImplementedError
-
-
-def fire(callbacks: list[Any], event: str, **kwargs: Any) -> None:
-    """Call ``event(**kwargs)`` on every callback object that defines it."""
-    for cb in callbacks:
-        method = getattr(cb, event, None)
-        if method is not None:
-            method(**kwargs)
 
 
 class SyncSampler(SamplerInput):
@@ -148,12 +148,25 @@ class SyncSampler(SamplerInput):
         self._started = False
         self._multi_agent = bool(getattr(worker, "_env_is_multi_agent", False))
         if self._multi_agent:
-            from envrunners.evaluation._multi_agent_sampling import MultiAgentSampler
-
-            self._ma = MultiAgentSampler(self, env, reward_fn=self._reward_fn)
+            self._ma = PolicyMultiAgentSampler(
+                env,
+                policy_map=worker.policy_map,
+                policy_mapping_fn=self._policy_for_agent,
+                filters=worker.filters,
+                rollout_fragment_length=self.rollout_fragment_length,
+                multiple_episodes_in_batch=self.multiple_episodes_in_batch,
+                count_agent_steps=count_steps_by == "agent_steps",
+                explore=bool(worker.config.explore),
+                reward_fn=self._reward_fn,
+                normalize_actions=normalize_actions,
+                clip_actions=clip_actions,
+                lookback=int(worker.config.episode_lookback_horizon),
+                seed=worker.env_seed(),
+                inference_threads=lambda: torch_threads(worker.config, worker.worker_index),
+            )
             return
         act_space = env.single_action_space
-        self._action_fn = _action_transform(act_space, normalize_actions, clip_actions)
+        self._action_fn = box_action_transform(act_space, normalize_actions, clip_actions)
         self._core = SingleAgentSampler(
             env,
             observation_space=worker.policy_map[DEFAULT_POLICY_ID].observation_space,
@@ -166,6 +179,10 @@ class SyncSampler(SamplerInput):
         )
 
     # -- the sampling loop ---------------------------------------------------------
+    def _policy_for_agent(self, agent_id: Any, episode: Any = None, **kwargs: Any) -> Any:
+        """The worker's current ``policy_mapping_fn`` (it may be replaced at any time)."""
+        return self.worker.policy_mapping_fn(agent_id, episode, worker=self.worker, **kwargs)
+
     def _filter_obs(self, obs: Any) -> Any:
         filt = self.worker.filters.get(DEFAULT_POLICY_ID)
         return obs if filt is None else filt(obs)
@@ -183,13 +200,10 @@ class SyncSampler(SamplerInput):
             self._start()
         policy = self.worker.policy_map[DEFAULT_POLICY_ID]
         explore = bool(self.worker.config.explore)
-        fast = getattr(policy, "compute_actions_for_sampling", None)
+        compute = policy_action_fn(policy)
 
         def act(obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
-            if fast is not None:
-                return fast(obs, explore)
-            actions, _, extras = policy.compute_actions(obs, explore=explore)
-            return actions, extras
+            return compute(obs, explore)
 
         start = time.perf_counter()
         with torch_threads(self.worker.config, self.worker.worker_index):
@@ -304,32 +318,3 @@ class SyncSampler(SamplerInput):
         """Extra batches queued since the last call (none are produced here)."""
         out, self._extra_batches = self._extra_batches, []
         return out
-
-
-def wants_prev(policy: Any) -> bool:
-    """Whether ``policy`` asks for ``prev_actions``/``prev_rewards`` (its view requirements)."""
-    view = getattr(policy, "view_requirements", None)
-    return view is None or "prev_actions" in view or "prev_rewards" in view
-
-
-def clip_batch_rewards(batch: SampleBatch, reward_fn: Any) -> None:
-    """Apply ``clip_rewards`` to a trajectory's ``rewards`` and ``prev_rewards`` (in place)."""
-    if reward_fn is None:
-        return
-    for key in (SampleBatch.REWARDS, SampleBatch.PREV_REWARDS):
-        if key in batch:
-            batch[key] = reward_fn(batch[key]).astype(batch[key].dtype, copy=False)
-
-
-def _action_transform(space: Any, normalize_actions: bool, clip_actions: bool) -> Any:
-    """Module-to-env action mapping for Box spaces (unsquash and/or clip), else None."""
-    import gymnasium as gym
-
-    if not isinstance(space, gym.spaces.Box) or not (normalize_actions or clip_actions):
-        return None
-    from envrunners.connectors.steps import NormalizeAndClipActions
-
-    step = NormalizeAndClipActions(
-        None, space, normalize_actions=normalize_actions, clip_actions=clip_actions
-    )
-    return lambda actions: step(batch={"actions": actions})["actions_for_env"]

@@ -1,28 +1,35 @@
-"""Multi-agent sampling for ``SyncSampler``: the new-stack core, ``MultiAgentBatch`` at the edge.
+"""``PolicyMultiAgentSampler``: old-stack multi-agent sampling, ``MultiAgentBatch`` at the edge.
 
 Why: old-stack multi-agent workers should step their envs exactly like the
 ``MultiAgentEnvRunner`` (one batched forward per policy per step over all
-agents of all sub-envs), so this drives ``envrunners.sampling.multi_agent``'s
-``MultiAgentSampler`` with the worker's policies and filters, then turns each
-agent's trajectory into a ``SampleBatch``, lets its policy postprocess it (with
-the other agents' batches at hand) and groups the batches by policy id.
+agents of all sub-envs), so this drives the new-stack core
+(``envrunners.sampling.multi_agent.MultiAgentSampler``) with ``Policy`` objects and
+observation filters, then turns each agent's trajectory into a ``SampleBatch``,
+lets its policy postprocess it (with the other agents' batches at hand) and groups
+the batches by policy id. ``SyncSampler`` builds one for multi-agent envs.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict, deque
+from collections.abc import Callable
 from typing import Any
 
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
-from envrunners.env.runner_setup import torch_threads
 from envrunners.errors import UnknownPolicyError, suggest
+from envrunners.evaluation._sampling_hooks import (
+    box_action_transform,
+    clip_batch_rewards,
+    policy_action_fn,
+    wants_prev,
+)
 from envrunners.evaluation.episode_to_batch import episode_to_sample_batch
 from envrunners.evaluation.metrics import RolloutMetrics
-from envrunners.evaluation.sampler import _action_transform, clip_batch_rewards, wants_prev
 from envrunners.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
-from envrunners.sampling.multi_agent import MultiAgentSampler as _CoreSampler
+from envrunners.sampling.multi_agent import MultiAgentSampler
 
-__all__ = ["MultiAgentSampler"]
+__all__ = ["PolicyMultiAgentSampler"]
 
 
 class _PerPolicy(dict):
@@ -39,17 +46,17 @@ class _PerPolicy(dict):
         return True
 
 
-class _MappingFn:
-    """The worker's ``policy_mapping_fn(agent_id, episode, worker=...)``, checked."""
+class _CheckedMappingFn:
+    """``policy_mapping_fn(agent_id, episode)``, checked against the policy map's ids."""
 
-    def __init__(self, worker: Any):
-        self.worker = worker
+    def __init__(self, mapping_fn: Callable[..., Any], policy_map: Any):
+        self.mapping_fn = mapping_fn
+        self.policy_map = policy_map
 
     def __call__(self, agent_id: Any, episode: Any = None, **kwargs: Any) -> Any:
-        worker = self.worker
-        pid = worker.policy_mapping_fn(agent_id, episode, worker=worker, **kwargs)
-        if pid not in worker.policy_map:
-            known = sorted(map(str, worker.policy_map.keys()))
+        pid = self.mapping_fn(agent_id, episode, **kwargs)
+        if pid not in self.policy_map:
+            known = sorted(map(str, self.policy_map.keys()))
             raise UnknownPolicyError(
                 f"policy_mapping_fn returned policy id {pid!r} for agent {agent_id!r}, but "
                 f"this worker's policy ids are {known}.{suggest(pid, known)} Return one of "
@@ -58,49 +65,84 @@ class _MappingFn:
         return pid
 
 
-class MultiAgentSampler:
-    """The multi-agent half of ``SyncSampler`` (same batch modes, ``MultiAgentBatch`` out).
+class PolicyMultiAgentSampler:
+    """Samples a multi-agent vector env with ``Policy`` objects into ``MultiAgentBatch``es.
+
+    The policy map, filters and mapping function are read at every step, so
+    policies added or removed (and a new mapping function) apply at once.
 
     Args:
-        owner: The ``SyncSampler`` (gives the worker, fragment length, callbacks).
         env: The worker's ``SyncVectorMultiAgentEnv``.
+        policy_map: ``{policy_id: Policy}`` (the worker's ``PolicyMap``, live).
+        policy_mapping_fn: ``fn(agent_id, episode, **kw) -> policy_id``; an id not
+            in ``policy_map`` raises ``UnknownPolicyError``.
+        filters: ``{policy_id: observation filter}`` (live; a missing id: no filter).
+        rollout_fragment_length: Env (or agent) steps per ``get_data()`` in
+            truncate mode, over all sub-envs.
+        multiple_episodes_in_batch: True for ``truncate_episodes`` (fragments of all
+            sub-envs); False for ``complete_episodes`` (one whole episode a call).
+        count_agent_steps: Count ``rollout_fragment_length`` in agent steps.
+        explore: Sample with exploration.
         reward_fn: Reward clipping (applied to the stored rewards), or None.
+        normalize_actions, clip_actions: Box action handling for the env.
+        lookback: Lookback kept in each episode (at least 1: the previous action).
+        seed: Seed of the first reset (later resets are unseeded).
+        inference_threads: Zero-arg context-manager factory around forwards and
+            postprocessing (the worker's torch/BLAS thread limit).
     """
 
-    def __init__(self, owner: Any, env: Any, reward_fn: Any = None):
-        self.owner = owner
-        self.worker = owner.worker
+    def __init__(
+        self,
+        env: Any,
+        *,
+        policy_map: Any,
+        policy_mapping_fn: Callable[..., Any],
+        filters: dict[Any, Any],
+        rollout_fragment_length: int,
+        multiple_episodes_in_batch: bool,
+        count_agent_steps: bool = False,
+        explore: bool = True,
+        reward_fn: Any = None,
+        normalize_actions: bool = True,
+        clip_actions: bool = False,
+        lookback: int = 1,
+        seed: int | None = None,
+        inference_threads: Callable[[], Any] = contextlib.nullcontext,
+    ):
         self.env = env
+        self.policy_map = policy_map
+        self.filters = filters
+        self.rollout_fragment_length = int(rollout_fragment_length)
+        self.multiple_episodes_in_batch = bool(multiple_episodes_in_batch)
+        self.count_agent_steps = bool(count_agent_steps)
+        self.explore = bool(explore)
         self._reward_fn = reward_fn
+        self._seed = seed
+        self._threads = inference_threads
         self._metrics: list[RolloutMetrics] = []
         self._queue: deque[MultiAgentBatch] = deque()
         self._pending: dict[str, dict[Any, list]] = defaultdict(lambda: defaultdict(list))
         self._agent_index: dict[str, dict[Any, int]] = {}
-        self._mapping_fn = _MappingFn(self.worker)
-        config = self.worker.config
+        self._mapping_fn = _CheckedMappingFn(policy_mapping_fn, policy_map)
         act_fns: dict[Any, Any] = {}
 
         def action_fn(pid: Any) -> Any:
             if pid not in act_fns:
-                policy = self.worker.policy_map[pid]
-                act_fns[pid] = _action_transform(
-                    policy.action_space, config.normalize_actions, config.clip_actions
+                act_fns[pid] = box_action_transform(
+                    policy_map[pid].action_space, normalize_actions, clip_actions
                 )
             return act_fns[pid]
 
-        def obs_fn(pid: Any) -> Any:
-            return self.worker.filters.get(pid)
-
-        self._core = _CoreSampler(
+        self._core = MultiAgentSampler(
             num_envs=env.num_envs,
             new_episode=self._new_episode,
             reset_fn=self._reset,
-            step_fn=self._step,
+            step_fn=env.step,
             observation_spaces=env.single_observation_spaces,
             action_spaces=env.single_action_spaces,
-            obs_fns=_PerPolicy(obs_fn),
+            obs_fns=_PerPolicy(filters.get),
             action_fns=_PerPolicy(action_fn),
-            lookback=max(1, int(config.episode_lookback_horizon)),
+            lookback=max(1, int(lookback)),
         )
         self._first_reset = True
 
@@ -112,33 +154,24 @@ class MultiAgentSampler:
         )
 
     def _reset(self) -> tuple[list, list]:
-        seed = self.worker.env_seed() if self._first_reset else None
+        seed = self._seed if self._first_reset else None
         self._first_reset = False
         return self.env.reset(seed=seed)
 
-    def _step(self, actions: list[dict]) -> Any:
-        return self.env.step(actions)
-
     # -- sampling ------------------------------------------------------------------
     def _act(self, pid: Any, obs: Any, explore: bool, t: int) -> dict[str, Any]:
-        policy = self.worker.policy_map[pid]
-        fast = getattr(policy, "compute_actions_for_sampling", None)
-        if fast is not None:
-            actions, extras = fast(obs, explore)
-        else:
-            actions, _, extras = policy.compute_actions(obs, explore=explore)
+        actions, extras = policy_action_fn(self.policy_map[pid])(obs, explore)
         return {"actions": actions, **extras}
 
     def _run(self, num_timesteps: int) -> Any:
         if not self._core.started:
             self._core.start()
-        config = self.worker.config
-        with torch_threads(config, self.worker.worker_index):
+        with self._threads():
             res = self._core.run(
                 act_fn=self._act,
-                explore=bool(config.explore),
+                explore=self.explore,
                 num_timesteps=num_timesteps,
-                count_agent_steps=self.owner.count_steps_by == "agent_steps",
+                count_agent_steps=self.count_agent_steps,
             )
         for stats, episode in zip(res.episode_stats, res.done):
             modules = {str(a): sa.module_id for a, sa in episode.agent_episodes.items()}
@@ -161,7 +194,7 @@ class MultiAgentSampler:
             if len(sa) == 0:
                 continue
             idx = index.setdefault(aid, len(index))
-            prev = wants_prev(self.worker.policy_map[sa.module_id])
+            prev = wants_prev(self.policy_map[sa.module_id])
             batch = episode_to_sample_batch(
                 sa, env_id=env_id, agent_index=idx, eps_id=episode.id_, with_prev=prev
             )
@@ -170,12 +203,12 @@ class MultiAgentSampler:
 
     def _postprocess(self, trajectories: list[tuple[MultiAgentEpisode, dict]]) -> dict[Any, list]:
         """Postprocess every agent trajectory with its policy; batches grouped by policy id."""
-        policy_map = self.worker.policy_map
+        policy_map = self.policy_map
         by_policy: dict[Any, list[SampleBatch]] = defaultdict(list)
         for _, batches in trajectories:
             for pid, batch in batches.values():
                 by_policy[pid].append(batch)
-        with torch_threads(self.worker.config, self.worker.worker_index):
+        with self._threads():
             for pid, batches in by_policy.items():
                 add_values = getattr(policy_map[pid], "add_value_predictions", None)
                 if add_values is not None:
@@ -200,16 +233,15 @@ class MultiAgentSampler:
 
     def get_data(self) -> MultiAgentBatch:
         """Truncate mode: a fragment of all sub-envs; complete mode: one whole episode."""
-        owner = self.owner
-        if owner.multiple_episodes_in_batch:
-            res = self._run(owner.rollout_fragment_length)
+        if self.multiple_episodes_in_batch:
+            res = self._run(self.rollout_fragment_length)
             chunks = list(zip(res.done + res.ongoing, res.done_env_index + res.ongoing_env_index))
             trajectories = [(ep, self._agent_batches(ep, i)) for ep, i in chunks]
             for ep in res.done:
                 self._agent_index.pop(ep.id_, None)
             return self._ma_batch(self._postprocess(trajectories), res.env_steps)
         while not self._queue:
-            res = self._run(self.env.num_envs * max(1, min(owner.rollout_fragment_length, 100)))
+            res = self._run(self.env.num_envs * max(1, min(self.rollout_fragment_length, 100)))
             for ep, i in zip(res.ongoing, res.ongoing_env_index):
                 for aid, item in self._agent_batches(ep, i).items():
                     self._pending[ep.id_][aid].append(item)
