@@ -30,8 +30,11 @@ from typing import Any
 from envrunners.env import _ray_setup
 from envrunners.env import _runner_side as sync
 from envrunners.errors import EnvRunnerError
-from envrunners.utils._actor_results import remote_traceback_of
-from envrunners.utils.actor_manager import RemoteCallResults, actor_state_in_gcs
+from envrunners.utils.actor_manager import (
+    RemoteCallResults,
+    actor_state_in_gcs,
+    remote_traceback_of,
+)
 
 __all__ = ["GroupRecovery"]
 
