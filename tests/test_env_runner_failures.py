@@ -124,12 +124,12 @@ def test_killed_runner_is_restored_with_weights_filter_and_steps(ray_session, tm
             pid = group.foreach_env_runner(lambda w: os.getpid(), remote_worker_ids=[1])[-1]
             standby_pid = None
             if kill == "sigkill":
-                standby = group._standby
+                standby = group._recovery.standby
                 assert standby is not None
                 standby_pid = ray_session.get(standby.apply.remote(lambda w: os.getpid()))
                 os.kill(pid, signal.SIGKILL)
             else:
-                group._kill_standby()  # no standby: Ray restarts the process
+                group._recovery.kill_standby()  # no standby: Ray restarts the process
                 ray_session.kill(group.remote_workers()[0], no_restart=False)
             # The next call finds it dead: out of service, the other runner answers.
             assert wait_until(

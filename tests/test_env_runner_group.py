@@ -270,10 +270,10 @@ class TestLifecycle:
         assert wait_until(lambda: actor_state_in_gcs(old[0]) == "DEAD")
         g.add_workers(1)
         assert g.healthy_env_runner_ids() == [3, 4]
-        assert g._standby is not None  # a standby waits
-        handles = g.remote_workers() + [g._standby]
+        assert g._recovery.standby is not None  # a standby waits
+        handles = g.remote_workers() + [g._recovery.standby]
         pids = g.foreach_env_runner(lambda w: os.getpid())
-        pids.append(ray_session.get(g._standby.apply.remote(lambda w: os.getpid())))
+        pids.append(ray_session.get(g._recovery.standby.apply.remote(lambda w: os.getpid())))
         g.stop()
         assert g.num_remote_env_runners() == 0
         assert wait_until(lambda: all(actor_state_in_gcs(h) == "DEAD" for h in handles))

@@ -39,7 +39,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
         }
     ): "",
     frozenset({"envrunners.evaluation._multi_agent_sampling", "envrunners.evaluation.sampler"}): "",
-    frozenset({"envrunners.env._group_state_sync", "envrunners.env._runner_side"}): "",
     frozenset({"envrunners._cli.train", "envrunners._cli.trainer"}): "",
 }
 
