@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import ray.cloudpickle
+from tests.waiting import wait_until
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.env.env_runner_group import EnvRunnerGroup
@@ -88,15 +89,6 @@ def make_config(tmp_path, n=2, **fault_tolerance):
         .fault_tolerance(delay_between_env_runner_restarts_s=0.0, **fault_tolerance)
         .debugging(seed=0)
     )
-
-
-def wait_until(predicate, timeout: float = 60.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def weights_of(runner) -> dict:

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import ray.cloudpickle
+from tests.waiting import wait_until
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.env.env_runner import EnvRunner
@@ -32,15 +33,6 @@ def make_config(num_env_runners=2, **env_runners):
         )
         .debugging(seed=0)
     )
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def module_weights(runner) -> dict:

@@ -538,7 +538,7 @@ class EnvRunnerGroup:
             return [(r.actor_id, r.get()) for r in results.ignore_errors()]
         return [r.get() for r in results.ignore_errors()]
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ deadlines
     def _deadline(self, timeout_seconds: float | None) -> float | None:
         if timeout_seconds is None:
             default = self._remote_config.sample_timeout_s
@@ -850,6 +850,8 @@ class EnvRunnerGroup:
         )
 
     # ------------------------------------------------------------------ WorkerSet names
+    # The old names keep their old defaults where they differ (``foreach_worker``
+    # marks answering runners healthy).
     def local_worker(self) -> Any:
         """The local runner (old name of ``local_env_runner``)."""
         return self._local_env_runner
@@ -926,6 +928,8 @@ class EnvRunnerGroup:
         return self.probe_unhealthy_env_runners(timeout_seconds)
 
     # ------------------------------------------------------------------ envs
+    # Old-stack runners visit their envs and policies themselves; for new-stack
+    # runners the sub-envs of their vector env are visited.
     def foreach_env(self, func: Callable[[Any], Any]) -> list[list[Any]]:
         """``[[func(sub_env) for each sub-env] for each runner]``, local runner first."""
         return self.foreach_env_runner(remote.visit_sub_envs, kwargs={"env_func": func})
