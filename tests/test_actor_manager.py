@@ -9,6 +9,7 @@ import time
 
 import pytest
 import ray.cloudpickle as cloudpickle
+from tests.waiting import wait_until
 
 from envrunners.errors import ConfigError
 from envrunners.utils.actor_manager import (
@@ -43,15 +44,6 @@ class Actor(FaultAwareApply):
     def slow(self, seconds: float) -> float:
         time.sleep(seconds)
         return seconds
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def call(actor, **_):

@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import ray.cloudpickle
+from tests.waiting import wait_until
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.env.env_runner_group import EnvRunnerGroup
@@ -90,15 +91,6 @@ def make_config(tmp_path, n=2, **fault_tolerance):
     )
 
 
-def wait_until(predicate, timeout: float = 60.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
 def weights_of(runner) -> dict:
     return runner.get_state(components="rl_module")["rl_module"]
 
@@ -124,12 +116,12 @@ def test_killed_runner_is_restored_with_weights_filter_and_steps(ray_session, tm
             pid = group.foreach_env_runner(lambda w: os.getpid(), remote_worker_ids=[1])[-1]
             standby_pid = None
             if kill == "sigkill":
-                standby = group._standby
+                standby = group._recovery.standby
                 assert standby is not None
                 standby_pid = ray_session.get(standby.apply.remote(lambda w: os.getpid()))
                 os.kill(pid, signal.SIGKILL)
             else:
-                group._kill_standby()  # no standby: Ray restarts the process
+                group._recovery.kill_standby()  # no standby: Ray restarts the process
                 ray_session.kill(group.remote_workers()[0], no_restart=False)
             # The next call finds it dead: out of service, the other runner answers.
             assert wait_until(

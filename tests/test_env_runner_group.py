@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import ray.cloudpickle
+from tests.waiting import wait_until
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.env.env_runner import EnvRunner
@@ -32,15 +33,6 @@ def make_config(num_env_runners=2, **env_runners):
         )
         .debugging(seed=0)
     )
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def module_weights(runner) -> dict:
@@ -270,10 +262,10 @@ class TestLifecycle:
         assert wait_until(lambda: actor_state_in_gcs(old[0]) == "DEAD")
         g.add_workers(1)
         assert g.healthy_env_runner_ids() == [3, 4]
-        assert g._standby is not None  # a standby waits
-        handles = g.remote_workers() + [g._standby]
+        assert g._recovery.standby is not None  # a standby waits
+        handles = g.remote_workers() + [g._recovery.standby]
         pids = g.foreach_env_runner(lambda w: os.getpid())
-        pids.append(ray_session.get(g._standby.apply.remote(lambda w: os.getpid())))
+        pids.append(ray_session.get(g._recovery.standby.apply.remote(lambda w: os.getpid())))
         g.stop()
         assert g.num_remote_env_runners() == 0
         assert wait_until(lambda: all(actor_state_in_gcs(h) == "DEAD" for h in handles))

@@ -25,7 +25,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
         }
     ): "RLModule.as_multi_rl_module() returns its container, MultiRLModule (a subclass)",
     # TEMPORARY (issue 13): cycles being removed; each goes with its class's rework.
-    frozenset({"envrunners.env._group_state_sync", "envrunners.env._runner_side"}): "",
 }
 
 

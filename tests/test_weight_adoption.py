@@ -149,7 +149,7 @@ def test_in_place_write_on_one_runner_stays_private(big_group):
         train_in_place, local_env_runner=False, remote_worker_ids=[1]
     ) == [True]
     first, second = big_group.foreach_env_runner(weights_of, local_env_runner=False)
-    pushed = ray.get(big_group._last_weights["rl_module"])
+    pushed = ray.get(big_group._broadcast.weights["rl_module"])
     for key, value in weights.items():
         np.testing.assert_array_equal(first[key], -value)
         np.testing.assert_array_equal(second[key], value)  # the other runner: untouched

@@ -4,7 +4,8 @@
 from a runner can be pinged and can run arbitrary functions on itself.
 ``FaultTolerantActorManager`` calls a set of such actors (synchronously, or
 asynchronously with tags and a per-actor in-flight limit) and keeps their health
-from the call results, as RLlib's manager does, with these differences:
+from the call results, as RLlib's manager does. ``ResultOrError``, ``CallResult``
+and ``RemoteCallResults`` hold the outcomes of those calls. Differences from RLlib:
 
 - the round-robin of ``foreach_actor_async`` targets real actor ids;
 - results come back in call order (RLlib: completion order);
@@ -23,24 +24,14 @@ Ray is imported lazily, so importing this module (as every runner does) is cheap
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from envrunners.errors import ConfigError
-from envrunners.utils._actor_calls import (
-    ActorState,
-    AsyncCallsMixin,
-    actor_state_in_gcs,
-    normalize_calls,
-)
-from envrunners.utils._actor_results import (
-    CallResult,
-    RemoteCallResults,
-    ResultOrError,
-    label_remote_error,
-)
 
 __all__ = [
     "CallResult",
@@ -54,6 +45,146 @@ __all__ = [
 logger = logging.getLogger("envrunners")
 
 
+# ---------------------------------------------------------------------- results
+class ResultOrError:
+    """The value returned by one remote call, or the error it raised.
+
+    ``None`` is a valid result. A ``RayTaskError`` is stored as the instance that
+    also derives from the remote exception's class (``isinstance(err, KeyError)``
+    holds for a remote ``KeyError``).
+
+    Args:
+        result: The returned value.
+        error: The exception, if the call failed.
+    """
+
+    __slots__ = ("_error", "_result")
+
+    def __init__(self, result: Any = None, error: BaseException | None = None):
+        self._result = result
+        self._error = _as_instance_of_cause(error) if error is not None else None
+
+    @property
+    def ok(self) -> bool:
+        """True when the call returned without error."""
+        return self._error is None
+
+    @property
+    def result(self) -> Any:
+        """The returned value (None for a failed call)."""
+        return self._result
+
+    @property
+    def error(self) -> BaseException | None:
+        """The exception of a failed call, else None."""
+        return self._error
+
+    def get(self) -> Any:
+        """The error if there is one, else the result."""
+        return self._error if self._error is not None else self._result
+
+    def __repr__(self) -> str:
+        if self.ok:
+            return f"ResultOrError(result={self._result!r})"
+        return f"ResultOrError(error={type(self._error).__name__})"
+
+
+@dataclasses.dataclass
+class CallResult:
+    """One remote call's outcome, with the id of the actor that served it and its tag."""
+
+    actor_id: int
+    result_or_error: ResultOrError
+    tag: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the call returned without error."""
+        return self.result_or_error.ok
+
+    def get(self) -> Any:
+        """The error if there is one, else the result."""
+        return self.result_or_error.get()
+
+
+class RemoteCallResults:
+    """The outcomes of a batch of remote calls, in the order they were collected."""
+
+    def __init__(self) -> None:
+        self.result_or_errors: list[CallResult] = []
+
+    def add_result(self, actor_id: int, result_or_error: ResultOrError, tag: str | None) -> None:
+        """Append one call's outcome."""
+        self.result_or_errors.append(CallResult(actor_id, result_or_error, tag))
+
+    def __len__(self) -> int:
+        return len(self.result_or_errors)
+
+    def __iter__(self) -> Iterator[CallResult]:
+        # A copy, so callers may add results while iterating.
+        return iter(list(self.result_or_errors))
+
+    def ignore_errors(self) -> Iterator[CallResult]:
+        """Only the successful results."""
+        return (r for r in self.result_or_errors if r.ok)
+
+    def ignore_ray_errors(self) -> Iterator[CallResult]:
+        """The results whose ``get()`` is not a ``RayError``.
+
+        Remote application errors arrive as ``RayTaskError`` (a ``RayError``), so
+        in practice this yields the successful results only.
+        """
+        from ray.exceptions import RayError
+
+        return (r for r in self.result_or_errors if not isinstance(r.get(), RayError))
+
+    def __repr__(self) -> str:
+        ok = sum(1 for r in self.result_or_errors if r.ok)
+        return f"RemoteCallResults({ok} ok, {len(self) - ok} errors)"
+
+
+def _as_instance_of_cause(error: BaseException) -> BaseException:
+    """``RayTaskError`` → the variant that is also an instance of the user's class."""
+    from ray.exceptions import RayTaskError
+
+    if isinstance(error, RayTaskError):
+        cause = getattr(error, "cause", None)
+        if cause is not None and not isinstance(error, type(cause)):
+            return error.as_instanceof_cause()
+    return error
+
+
+def label_remote_error(error: BaseException, label: str) -> BaseException:
+    """Return ``error`` with ``label`` (e.g. ``"env runner 2"``) leading its message.
+
+    Why: a ``RayTaskError`` names the remote function and pid but not which of a
+    group's runners raised. The result is still a ``RayTaskError`` and still an
+    instance of the original exception class, so ``except ValueError`` and
+    ``except RayError`` both keep working. Other errors are returned unchanged.
+    """
+    from ray.exceptions import RayTaskError
+
+    if not isinstance(error, RayTaskError):
+        return error
+    cause = getattr(error, "cause", None)
+    if cause is None:
+        return error
+    text = f"{label} raised {type(cause).__name__}: {error}"
+    relabelled = RayTaskError(
+        getattr(error, "function_name", "apply"), text, cause, proctitle=label, pid=0, ip="-"
+    )
+    return _as_instance_of_cause(relabelled)
+
+
+def remote_traceback_of(error: BaseException) -> str:
+    """The remote traceback text carried by a (labelled) ``RayTaskError``, or ``str(error)``."""
+    inner = getattr(error, "remote_traceback", None)
+    if isinstance(inner, str) and inner:
+        return inner
+    return str(error)
+
+
+# ---------------------------------------------------------------------- actor side
 class FaultAwareApply:
     """Mixin giving an actor ``ping()`` and ``apply(func, *args, **kwargs)``.
 
@@ -71,13 +202,84 @@ class FaultAwareApply:
         return func(self, *args, **kwargs)
 
 
+# ---------------------------------------------------------------------- manager
+class CallMethod:
+    """Picklable ``lambda actor, **kw: getattr(actor, name)(**kw)`` for string funcs."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, actor: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(actor, self.name)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<method {self.name}>"
+
+
+@dataclasses.dataclass
+class ActorState:
+    """What the manager knows about one actor."""
+
+    num_in_flight_async_requests_by_tag: dict[str | None, int] = dataclasses.field(
+        default_factory=lambda: defaultdict(int)
+    )
+    is_healthy: bool = True
+    consecutive_timeouts: int = 0
+    pending: dict[str | None, tuple[Any, dict]] = dataclasses.field(default_factory=dict)
+
+
+def normalize_calls(
+    func: Any, kwargs: Any, ids: list[int], what: str
+) -> tuple[list[Any], list[dict]]:
+    """Per-call funcs and kwargs (strings become method calls)."""
+    if isinstance(func, list):
+        if len(func) != len(ids):
+            raise AssertionError(f"Funcs must have the same number of callables as {what}.")
+        if kwargs is not None and not isinstance(kwargs, list):
+            raise AssertionError(
+                "With a list of funcs, kwargs must be a list of dicts (one per func) or None."
+            )
+        funcs = list(func)
+    else:
+        funcs = [func] * len(ids)
+    if isinstance(kwargs, list):
+        if len(kwargs) != len(ids):
+            raise AssertionError(f"kwargs must have the same number of dicts as {what}.")
+        kws = [dict(k or {}) for k in kwargs]
+    else:
+        kws = [dict(kwargs or {}) for _ in ids]
+    funcs = [CallMethod(f) if isinstance(f, str) else f for f in funcs]
+    return funcs, kws
+
+
+def _ping(actor: Any) -> Any:
+    return actor.ping()
+
+
+#: Ray actor states in which a call cannot be served yet (or ever).
+_NOT_SERVING = ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "DEAD")
+
+
+def actor_state_in_gcs(handle: Any) -> str | None:
+    """Ray's view of an actor: ``"ALIVE"``, ``"RESTARTING"``, ``"DEAD"``, ... or None if unknown."""
+    try:
+        from ray._private import state as ray_state
+
+        info = ray_state.actors(handle._actor_id.hex())
+        return info.get("State") if isinstance(info, dict) else None
+    except Exception:  # private API: any failure just means "unknown"
+        return None
+
+
 def _default_is_fault(error: BaseException) -> bool:
     from ray.exceptions import RayError
 
     return isinstance(error, RayError)
 
 
-class FaultTolerantActorManager(AsyncCallsMixin):
+class FaultTolerantActorManager:
     """Calls a set of Ray actors and tracks their health from the results.
 
     Args:
@@ -224,6 +426,13 @@ class FaultTolerantActorManager(AsyncCallsMixin):
             return sum(sum(s.num_in_flight_async_requests_by_tag.values()) for s in states)
         return sum(s.num_in_flight_async_requests_by_tag.get(tag, 0) for s in states)
 
+    def num_pending_calls(self, tag: str | None = None) -> int:
+        """Coalesced calls waiting for a free slot (over all tags, or one tag)."""
+        return sum(
+            (len(s.pending) if tag is None else int(tag in s.pending))
+            for s in self._remote_actor_states.values()
+        )
+
     # ------------------------------------------------------------------ health
     def is_actor_healthy(self, actor_id: int) -> bool:
         """Whether ``actor_id`` is marked healthy."""
@@ -276,9 +485,35 @@ class FaultTolerantActorManager(AsyncCallsMixin):
                 f"Unknown {self.actor_label} id(s) {unknown}; known ids: {self.actor_ids()}"
             )
 
-    def _fire(self, actor_id: int, func: Any, kw: dict) -> Any:  # also used by the async half
+    def _calls(
+        self, func: Any, kwargs: Any, ids: list[int], what: str, healthy_only: bool
+    ) -> list[tuple[int, Any, dict]]:
+        """``(actor id, func, kwargs)`` of each call to make (unhealthy targets left out)."""
+        funcs, kws = normalize_calls(func, kwargs, ids, what)
+        calls = zip(ids, funcs, kws)
+        if healthy_only:
+            return [c for c in calls if self._remote_actor_states[c[0]].is_healthy]
+        return list(calls)
+
+    def _fire(self, actor_id: int, func: Any, kw: dict) -> Any:
+        """Send one call (after the actor's pending coalesced calls)."""
         self._fire_pending(actor_id)
         return self._actors[actor_id].apply.remote(func, **kw)
+
+    def _fire_pending(self, actor_id: int, only_free_slots: bool = False) -> None:
+        """Send the actor's coalesced calls (all, or those whose tag has a free slot)."""
+        state = self._remote_actor_states.get(actor_id)
+        if state is None or not state.pending:
+            return
+        for tag in list(state.pending):
+            if only_free_slots and (
+                state.num_in_flight_async_requests_by_tag.get(tag, 0) >= self._max_in_flight
+            ):
+                continue
+            func, kw = state.pending.pop(tag)
+            ref = self._actors[actor_id].apply.remote(func, **kw)
+            state.num_in_flight_async_requests_by_tag[tag] += 1
+            self._in_flight_req_to_actor_id[ref] = (tag, actor_id)
 
     def _collect(
         self,
@@ -384,20 +619,13 @@ class FaultTolerantActorManager(AsyncCallsMixin):
         """
         ids = list(remote_actor_ids or self.actor_ids())
         self._check_known(ids)
-        funcs, kws = normalize_calls(func, kwargs, ids, "actor indices")
-        if healthy_only:
-            keep = [k for k, i in enumerate(ids) if self._remote_actor_states[i].is_healthy]
-            ids, funcs, kws = (
-                [ids[k] for k in keep],
-                [funcs[k] for k in keep],
-                [kws[k] for k in keep],
-            )
-        if not ids:
+        calls = self._calls(func, kwargs, ids, "actor indices", healthy_only)
+        if not calls:
             return RemoteCallResults()
         import ray
 
-        refs = [self._fire(i, f, kw) for i, f, kw in zip(ids, funcs, kws)]
-        meta = {ref: (None, i) for ref, i in zip(refs, ids)}
+        refs = [self._fire(i, f, kw) for i, f, kw in calls]
+        meta = {ref: (None, i) for ref, (i, _, _) in zip(refs, calls)}
         by_ref: dict[Any, CallResult] = {}
 
         def take(ready: list[Any]) -> None:
@@ -431,6 +659,167 @@ class FaultTolerantActorManager(AsyncCallsMixin):
         results = RemoteCallResults()
         results.result_or_errors = [by_ref[r] for r in refs if r in by_ref]
         return results
+
+    # ------------------------------------------------------------------ async calls
+    def foreach_actor_async(
+        self,
+        func: Any,
+        tag: str | None = None,
+        *,
+        kwargs: dict | list[dict] | None = None,
+        healthy_only: bool = True,
+        remote_actor_ids: list[int] | None = None,
+        coalesce: bool = False,
+    ) -> int:
+        """Fire calls without waiting; collect them later with ``fetch_ready_async_reqs``.
+
+        Per actor and tag at most ``max_remote_requests_in_flight_per_actor`` calls
+        are outstanding. Calls beyond that are dropped, or with ``coalesce=True``
+        kept as the actor's one pending call for the tag (a newer one replaces it).
+
+        Returns:
+            How many calls were sent (plus, with ``coalesce``, how many were queued).
+        """
+        ids = list(remote_actor_ids or self.actor_ids())
+        self._check_known(ids)
+        if isinstance(func, list):
+            num_calls = len(func)
+        elif isinstance(kwargs, list):
+            num_calls = len(kwargs)
+        else:
+            num_calls = len(ids)
+        if num_calls != len(ids):
+            every = self.actor_ids()
+            if not every:
+                return 0
+            ids = [every[(self._current_actor_id + k) % len(every)] for k in range(num_calls)]
+            self._current_actor_id = (self._current_actor_id + num_calls) % len(every)
+        sent = 0
+        for actor_id, f, kw in self._calls(func, kwargs, ids, "remote actor ids", healthy_only):
+            state = self._remote_actor_states[actor_id]
+            in_flight = state.num_in_flight_async_requests_by_tag.get(tag, 0)
+            if in_flight >= self._max_in_flight:
+                if coalesce:
+                    state.pending[tag] = (f, kw)
+                    sent += 1
+                continue
+            ref = self._fire(actor_id, f, kw)
+            state.num_in_flight_async_requests_by_tag[tag] += 1
+            self._in_flight_req_to_actor_id[ref] = (tag, actor_id)
+            sent += 1
+        return sent
+
+    def fetch_ready_async_reqs(
+        self,
+        *,
+        tags: str | list[str] | tuple[str, ...] | None = (),
+        timeout_seconds: float | None = 0.0,
+        return_obj_refs: bool = False,
+        mark_healthy: bool = False,
+    ) -> RemoteCallResults:
+        """Collect the async calls (of ``tags``; None/empty = all) that are done.
+
+        Calls not done within ``timeout_seconds`` stay in flight for a later fetch.
+        Tags starting with ``"__"`` are internal and only fetched when named.
+        """
+        if isinstance(tags, str):
+            wanted: set | None = {tags}
+        elif tags is None or isinstance(tags, (list, tuple)):
+            wanted = set(tags) if tags else None
+        else:
+            raise ValueError(f"tags must be a str, list or tuple, got {type(tags).__name__}")
+
+        def match(tag: str | None) -> bool:
+            if wanted is None:
+                return not (isinstance(tag, str) and tag.startswith("__"))
+            return tag in wanted
+
+        meta = {r: m for r, m in self._in_flight_req_to_actor_id.items() if match(m[0])}
+        if not meta:
+            return RemoteCallResults()
+        import ray
+
+        refs = list(meta)
+        ready, _ = ray.wait(
+            refs, num_returns=len(refs), timeout=timeout_seconds, fetch_local=not return_obj_refs
+        )
+        touched = set()
+        for ref in ready:
+            tag, actor_id = self._in_flight_req_to_actor_id.pop(ref)
+            state = self._remote_actor_states.get(actor_id)
+            if state is not None and state.num_in_flight_async_requests_by_tag.get(tag, 0) > 0:
+                state.num_in_flight_async_requests_by_tag[tag] -= 1
+            touched.add(actor_id)
+        ready_set = set(ready)
+        results = self._collect(
+            [r for r in refs if r in ready_set], meta, return_obj_refs, mark_healthy
+        )
+        for actor_id in touched:
+            state = self._remote_actor_states.get(actor_id)
+            if state is not None and state.is_healthy:
+                self._fire_pending(actor_id, only_free_slots=True)
+        return results
+
+    def foreach_actor_async_fetch_ready(
+        self,
+        func: Any,
+        tag: str | None = None,
+        *,
+        kwargs: dict | list[dict] | None = None,
+        timeout_seconds: float | None = 0.0,
+        return_obj_refs: bool = False,
+        mark_healthy: bool = False,
+        healthy_only: bool = True,
+        remote_actor_ids: list[int] | None = None,
+        ignore_ray_errors: bool = True,
+        return_actor_ids: bool = False,
+    ) -> list[Any]:
+        """Collect the ready results of ``tag``, then fire new calls; return the good results."""
+        results = self.fetch_ready_async_reqs(
+            tags=tag,
+            timeout_seconds=timeout_seconds,
+            return_obj_refs=return_obj_refs,
+            mark_healthy=mark_healthy,
+        )
+        self.foreach_actor_async(
+            func,
+            tag,
+            kwargs=kwargs,
+            healthy_only=healthy_only,
+            remote_actor_ids=remote_actor_ids,
+        )
+        self.handle_remote_call_result_errors(results, ignore_ray_errors=ignore_ray_errors)
+        if return_actor_ids:
+            return [(r.actor_id, r.get()) for r in results.ignore_errors()]
+        return [r.get() for r in results.ignore_errors()]
+
+    # ------------------------------------------------------------------ probing
+    def probe_unhealthy_actors(
+        self, timeout_seconds: float | None = None, mark_healthy: bool = False
+    ) -> list[int]:
+        """Ping the unhealthy actors; return those that answer (and those restored before).
+
+        Actors that Ray reports as restarting or dead are not pinged (a ping to a
+        restarting actor only fails after a second). Without ``mark_healthy``
+        responsive actors are returned but stay unhealthy.
+        """
+        already = sorted(self._restored_actors)
+        unhealthy = [i for i, s in self._remote_actor_states.items() if not s.is_healthy]
+        candidates = [
+            i for i in unhealthy if actor_state_in_gcs(self._actors[i]) not in _NOT_SERVING
+        ]
+        just: list[int] = []
+        if candidates:
+            results = self.foreach_actor(
+                _ping,
+                remote_actor_ids=candidates,
+                healthy_only=False,
+                timeout_seconds=timeout_seconds,
+                mark_healthy=mark_healthy,
+            )
+            just = [r.actor_id for r in results if r.ok]
+        self._restored_actors.clear()
+        return already + [i for i in just if i not in already]
 
     @staticmethod
     def handle_remote_call_result_errors(

@@ -1,9 +1,9 @@
 """Functions that run on a remote runner, sent through ``apply`` by ``EnvRunnerGroup``.
 
 They apply a state or weights, rebuild the runner in place, stop it, visit its
-sub-envs, or merge connector states. Failures of the state calls become
-``EnvRunnerError`` (with the runner index and traceback), so the group counts
-them as runner faults, not as errors of a user function.
+sub-envs or policies, or merge connector states. Failures of the state calls
+become ``EnvRunnerError`` (with the runner index and traceback), so the group
+counts them as runner faults, not as errors of a user function.
 """
 
 from __future__ import annotations
@@ -16,21 +16,25 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from envrunners.env._runner_state import (
+    E2M,
+    M2E,
+    RL_MODULE,
+    SEQ_NO,
+    is_object_ref,
+    merge_connector_states,
+    pipelines_of,
+)
 from envrunners.errors import EnvRunnerError
 
 __all__ = [
-    "E2M",
-    "INTERNAL_TAGS",
-    "STATES_TAG",
-    "WEIGHTS_TAG",
-    "M2E",
-    "NUM_STEPS",
-    "RL_MODULE",
-    "SEQ_NO",
+    "add_policy",
     "adoptable_weights",
     "apply_state",
     "apply_weights",
     "become_runner",
+    "foreach_policy",
+    "foreach_policy_to_train",
     "freeze_gc",
     "get_connector_states",
     "merge_on_runner",
@@ -42,21 +46,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("envrunners")
-
-E2M = "env_to_module_connector"
-M2E = "module_to_env_connector"
-NUM_STEPS = "num_env_steps_sampled_lifetime"
-RL_MODULE = "rl_module"
-SEQ_NO = "weights_seq_no"
-
-#: Tags of the group's own async calls (weight and state pushes).
-WEIGHTS_TAG = "__sync_weights__"
-STATES_TAG = "__sync_states__"
-INTERNAL_TAGS = (WEIGHTS_TAG, STATES_TAG)
-
-
-def _is_ref(value: Any) -> bool:
-    return type(value).__name__ == "ObjectRef"
 
 
 def _runner_error(runner: Any, what: str, err: BaseException) -> EnvRunnerError:
@@ -93,7 +82,7 @@ def adoptable_weights(runner: Any, state: dict) -> dict:
     runner would skip (an older ``weights_seq_no``) are left unresolved.
     """
     ref = state.get(RL_MODULE) if isinstance(state, dict) else None
-    if not _is_ref(ref):
+    if not is_object_ref(ref):
         return state
     seq = int(state.get(SEQ_NO, 0) or 0)
     if seq and int(getattr(runner, "_weights_seq_no", 0) or 0) >= seq:
@@ -114,7 +103,7 @@ def apply_weights(
 ) -> None:
     """Runner side (old stack): ``set_weights(weights, global_vars)``."""
     try:
-        if _is_ref(weights):
+        if is_object_ref(weights):
             import ray
 
             weights = ray.get(weights)
@@ -232,7 +221,20 @@ def visit_sub_envs(runner: Any, env_func: Callable[..., Any], with_context: bool
 
 def merge_on_runner(runner: Any, states: list[dict], base: dict) -> dict:
     """Runner side: merge connector states with this runner's pipelines."""
-    from envrunners.env._group_state_sync import merge_connector_states, pipelines_of
-
     e2m, m2e = pipelines_of(runner, None, None)
     return merge_connector_states(states, base=base, env_to_module=e2m, module_to_env=m2e)
+
+
+def foreach_policy(runner: Any, policy_func: Callable[..., Any]) -> list[Any]:
+    """Runner side (old stack): ``policy_func(policy, policy_id)`` for each policy."""
+    return runner.foreach_policy(policy_func)
+
+
+def foreach_policy_to_train(runner: Any, policy_func: Callable[..., Any]) -> list[Any]:
+    """Runner side (old stack): ``policy_func(policy, policy_id)`` for each trained policy."""
+    return runner.foreach_policy_to_train(policy_func)
+
+
+def add_policy(runner: Any, **kwargs: Any) -> None:
+    """Runner side (old stack): ``runner.add_policy(**kwargs)``."""
+    runner.add_policy(**kwargs)

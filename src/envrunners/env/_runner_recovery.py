@@ -1,4 +1,6 @@
-"""How ``EnvRunnerGroup`` tells faults from user errors, and brings runners back.
+"""How an ``EnvRunnerGroup`` tells runner faults from user errors, and brings runners back.
+
+The group holds a ``RunnerRecovery`` and hands it the results of its calls.
 
 Classification of a failed remote call:
 
@@ -25,15 +27,20 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from envrunners.env import _ray_setup
-from envrunners.env import _runner_side as sync
+from envrunners.env import _remote_runner_calls as remote
+from envrunners.env._runner_state import INTERNAL_TAGS, BroadcastRecord
 from envrunners.errors import EnvRunnerError
-from envrunners.utils._actor_results import remote_traceback_of
-from envrunners.utils.actor_manager import RemoteCallResults, actor_state_in_gcs
+from envrunners.utils.actor_manager import (
+    RemoteCallResults,
+    actor_state_in_gcs,
+    remote_traceback_of,
+)
 
-__all__ = ["GroupRecovery"]
+__all__ = ["STANDBY_AFTER_S", "RunnerRecovery", "is_runner_fault"]
 
 logger = logging.getLogger("envrunners")
 
@@ -44,21 +51,66 @@ STANDBY_AFTER_S = 5.0
 _MAX_RESTORE_FAILURES = 3
 
 
-class GroupRecovery:
-    """Fault handling and state restore of ``EnvRunnerGroup`` (a private mixin)."""
+def is_runner_fault(error: BaseException) -> bool:
+    """True for faults of the runner; False for errors of the user's function."""
+    from ray.exceptions import RayTaskError
 
-    _worker_manager: Any
-    _remote_config: Any
-    _local_env_runner: Any
-    _ctor_kwargs: dict[int, dict]
-    _ignore_ray_errors_on_env_runners: bool
-    _config_ref: Any
-    env_runner_cls: type
-    _standby_on: bool
-    _standby_due: float
-    _stopped: bool
+    if isinstance(error, RayTaskError):
+        return isinstance(getattr(error, "cause", None), EnvRunnerError)
+    return True
 
-    def _init_recovery(self) -> None:
+
+class RunnerRecovery:
+    """Fault handling, standby runner and state restore of one ``EnvRunnerGroup``.
+
+    Args:
+        manager: The group's actor manager (built with ``is_fault=is_runner_fault``).
+        config: The group's ``AlgorithmConfig`` (fault-tolerance settings, timeouts).
+        broadcast: What the group broadcast: a restored runner gets the same.
+        runner_cls: The runner class (a standby actor is a subclass of it).
+        config_ref: Returns the ``ObjectRef`` of ``config`` (runners are rebuilt with it).
+        ignore_errors: Log runner faults instead of raising them.
+        standby: Keep a standby runner at all.
+        standby_now: Start it with the first runners (else once the group has been
+            in use for ``STANDBY_AFTER_S`` seconds).
+
+    Attributes:
+        ctor_kwargs: Constructor arguments of each remote runner, by id (to rebuild it).
+        local_env_runner: The group's local runner (its state restores runners
+            until something is broadcast), or None.
+    """
+
+    def __init__(
+        self,
+        manager: Any,
+        config: Any,
+        broadcast: BroadcastRecord,
+        *,
+        runner_cls: type,
+        config_ref: Callable[[], Any],
+        ignore_errors: bool,
+        standby: bool,
+        standby_now: bool,
+    ):
+        self._manager = manager
+        self._config = config
+        self._broadcast = broadcast
+        self._runner_cls = runner_cls
+        self._config_ref = config_ref
+        self._ignore_errors = ignore_errors
+        self._standby_on = standby
+        #: When the standby starts: at once if asked for, else once the group has
+        #: been in use a while (short-lived groups, e.g. in tests, never pay for it).
+        self._standby_due = 0.0 if standby_now else float("inf")
+        self._closed = False
+        self.standby: Any = None
+        self._standby_ready: Any = None
+        self.ctor_kwargs: dict[int, dict] = {}
+        self.local_env_runner: Any = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every restore, restart count and given-up runner (new runners follow)."""
         #: runner id -> (ObjectRef of its restore call, state version, start time)
         self._restore_calls: dict[int, tuple[Any, int, float]] = {}
         self._given_up: set[int] = set()
@@ -66,32 +118,23 @@ class GroupRecovery:
         self._rebuilds: dict[int, int] = defaultdict(int)
         self._fault_streak: dict[int, int] = defaultdict(int)
         self._restore_failures: dict[int, int] = defaultdict(int)
-        if not hasattr(self, "_state_version"):
-            self._init_sync_memory()
-        if not hasattr(self, "_standby"):
-            self._standby: Any = None
-            self._standby_ready: Any = None
 
-    def _init_sync_memory(self) -> None:
-        #: Bumped by every broadcast; a restore sent with an older version is redone.
-        self._state_version = 0
-        #: ``{"rl_module": ObjectRef, "weights_seq_no": n}`` of the last weight broadcast.
-        self._last_weights: dict | None = None
-        #: Connector states and lifetime steps of the last state broadcast.
-        self._last_runner_state: dict = {}
-        self._restore_cache: tuple[int, dict] | None = None
+    def close(self) -> None:
+        """Kill the standby and forget everything (the group stopped)."""
+        self._closed = True
+        self.kill_standby()
+        self.reset()
+
+    def runners_added(self) -> None:
+        """New runners are up: start the standby now, or its clock."""
+        if self._standby_due == 0.0:
+            self.spawn_standby(reserve_cpus=False)
+        elif self._standby_due == float("inf"):
+            self._standby_due = time.monotonic() + STANDBY_AFTER_S
 
     # ------------------------------------------------------------------ classification
-    @staticmethod
-    def _is_runner_fault(error: BaseException) -> bool:
-        """True for faults of the runner; False for errors of the user's function."""
-        from ray.exceptions import RayTaskError
-
-        if isinstance(error, RayTaskError):
-            return isinstance(getattr(error, "cause", None), EnvRunnerError)
-        return True
-
-    def _fault_error(self, actor_id: int, error: BaseException) -> EnvRunnerError:
+    def fault_error(self, actor_id: int, error: BaseException) -> EnvRunnerError:
+        """The ``EnvRunnerError`` raised to the caller for a fault of runner ``actor_id``."""
         from ray.exceptions import RayTaskError
 
         cause = getattr(error, "cause", None) if isinstance(error, RayTaskError) else None
@@ -100,7 +143,7 @@ class GroupRecovery:
             text = what.split(": ", 1)[1] if what.startswith("env runner ") else what
         else:
             text = f"died or became unreachable ({type(error).__name__}: {str(error)[:300]})"
-        if self._remote_config.restart_failed_env_runners:
+        if self._config.restart_failed_env_runners:
             fix = ""
         else:
             fix = (
@@ -115,7 +158,18 @@ class GroupRecovery:
         err.__cause__ = error
         return err
 
-    def _handle_errors(self, results: RemoteCallResults) -> None:
+    def after_call(self, results: RemoteCallResults, mark_healthy: bool) -> None:
+        """Restore the unhealthy runners that answered (``mark_healthy``), then handle errors."""
+        if mark_healthy:
+            manager = self._manager
+            revived = [
+                r.actor_id for r in results if r.ok and not manager.is_actor_healthy(r.actor_id)
+            ]
+            if revived:
+                self.restore_now(revived)
+        self.handle_errors(results)
+
+    def handle_errors(self, results: RemoteCallResults) -> None:
         """Act on failed results: faults → restart/raise per config; user errors → raise."""
         first: BaseException | None = None
         handled: set[int] = set()
@@ -124,23 +178,23 @@ class GroupRecovery:
                 self._fault_streak.pop(result.actor_id, None)
                 continue
             err = result.get()
-            if not self._is_runner_fault(err):
+            if not is_runner_fault(err):
                 first = first or err
                 continue
             if result.actor_id not in handled:
                 handled.add(result.actor_id)
                 self._after_fault(result.actor_id, err)
-            if self._ignore_ray_errors_on_env_runners:
+            if self._ignore_errors:
                 logger.warning("env runner %d failed: %s", result.actor_id, str(err)[:2000])
             elif first is None:
-                first = self._fault_error(result.actor_id, err)
-        for actor_id in self._worker_manager.take_hung_actor_kills():
-            if self._remote_config.restart_failed_env_runners:
+                first = self.fault_error(result.actor_id, err)
+        for actor_id in self._manager.take_hung_actor_kills():
+            if self._config.restart_failed_env_runners:
                 self._replace_dead(actor_id)
-            if first is None and not self._ignore_ray_errors_on_env_runners:
+            if first is None and not self._ignore_errors:
                 first = EnvRunnerError(
                     "missed num_consecutive_env_runner_failures_tolerance="
-                    f"{self._remote_config.num_consecutive_env_runner_failures_tolerance} "
+                    f"{self._config.num_consecutive_env_runner_failures_tolerance} "
                     "deadlines in a row; it was killed as hung.",
                     runner_index=actor_id,
                 )
@@ -152,8 +206,8 @@ class GroupRecovery:
         import ray
         from ray.exceptions import RayTaskError
 
-        config = self._remote_config
-        manager = self._worker_manager
+        config = self._config
+        manager = self._manager
         if actor_id not in manager.actors():
             return
         handle = manager.get_actor(actor_id)
@@ -176,13 +230,13 @@ class GroupRecovery:
         delay = 0.0
         if self._fault_streak[actor_id] > 1:
             delay = float(config.delay_between_env_runner_restarts_s)
-        kwargs = self._ctor_kwargs.get(actor_id)
+        kwargs = self.ctor_kwargs.get(actor_id)
         self._restore_calls.pop(actor_id, None)
         if kwargs is None:  # not built by this group (reset()): restart the process
             ray.kill(handle, no_restart=False)
             return
         handle.apply.remote(
-            sync.rebuild_runner, config=self._config_ref(), ctor_kwargs=kwargs, delay_s=delay
+            remote.rebuild_runner, config=self._config_ref(), ctor_kwargs=kwargs, delay_s=delay
         )
 
     def _may_restart(self, actor_id: int) -> bool:
@@ -190,7 +244,7 @@ class GroupRecovery:
         import ray
 
         self._rebuilds[actor_id] += 1
-        limit = int(self._remote_config.max_num_env_runner_restarts)
+        limit = int(self._config.max_num_env_runner_restarts)
         if 0 <= limit < self._rebuilds[actor_id]:
             logger.error(
                 "env runner %d failed again after max_num_env_runner_restarts=%d restarts; "
@@ -198,122 +252,97 @@ class GroupRecovery:
                 actor_id,
                 limit,
             )
-            ray.kill(self._worker_manager.get_actor(actor_id), no_restart=True)
+            ray.kill(self._manager.get_actor(actor_id), no_restart=True)
             self._given_up.add(actor_id)
             return False
         return True
 
     # ------------------------------------------------------------------ standby
-    def _spawn_standby(self, reserve_cpus: bool) -> None:
+    def spawn_standby(self, reserve_cpus: bool) -> None:
         """Start the standby actor (with the runner's CPUs reserved, or none)."""
-        if not self._standby_on or self._stopped or self._standby is not None:
+        if not self._standby_on or self._closed or self.standby is not None:
             return
-        cls = _ray_setup.make_remote_class(
-            _ray_setup.standby_class(self.env_runner_cls), self._remote_config
-        )
-        cpus = float(self._remote_config.num_cpus_per_env_runner) if reserve_cpus else 0.0
-        self._standby = cls.options(num_cpus=cpus).remote()
-        self._standby_ready = self._standby.ping.remote()
+        cls = _ray_setup.make_remote_class(_ray_setup.standby_class(self._runner_cls), self._config)
+        cpus = float(self._config.num_cpus_per_env_runner) if reserve_cpus else 0.0
+        self.standby = cls.options(num_cpus=cpus).remote()
+        self._standby_ready = self.standby.ping.remote()
 
     def _take_standby(self) -> Any:
         """The standby actor if it is up (then it is no longer the standby), else None."""
         import ray
         from ray.exceptions import RayError
 
-        if self._standby is None:
+        if self.standby is None:
             return None
         ready, _ = ray.wait([self._standby_ready], timeout=0)
         if not ready:
             return None
-        handle, self._standby, self._standby_ready = self._standby, None, None
+        handle, self.standby, self._standby_ready = self.standby, None, None
         try:
             ray.get(ready[0])
         except RayError as err:
             logger.warning("The standby env runner is gone (%s); starting a new one.", err)
             ray.kill(handle, no_restart=True)
-            self._spawn_standby(reserve_cpus=False)
+            self.spawn_standby(reserve_cpus=False)
             return None
         return handle
 
-    def _kill_standby(self) -> None:
+    def kill_standby(self) -> None:
+        """Kill the standby actor, if any (a dead runner then waits for Ray's restart)."""
         import ray
 
-        if self._standby is not None:
-            ray.kill(self._standby, no_restart=True)
-        self._standby = self._standby_ready = None
+        if self.standby is not None:
+            ray.kill(self.standby, no_restart=True)
+        self.standby = self._standby_ready = None
 
     def _replace_dead(self, actor_id: int) -> bool:
         """Give a dead runner's id to the standby actor; False if there is none ready."""
         import ray
 
-        kwargs = self._ctor_kwargs.get(actor_id)
+        kwargs = self.ctor_kwargs.get(actor_id)
         standby = self._take_standby() if kwargs is not None else None
         if standby is None:
             return False
-        manager = self._worker_manager
+        manager = self._manager
         ray.kill(manager.get_actor(actor_id), no_restart=True)
         manager.replace_actor(actor_id, standby)
         self._restore_calls.pop(actor_id, None)
         self._given_up.discard(actor_id)
         logger.warning("env runner %d died; the standby runner takes its place.", actor_id)
-        self._spawn_standby(reserve_cpus=True)
+        self.spawn_standby(reserve_cpus=True)
         return True
 
     # ------------------------------------------------------------------ restore
-    def _restore_state(self) -> dict:
-        """The state a restored runner gets (cached per broadcast version)."""
-        if self._restore_cache is not None and self._restore_cache[0] == self._state_version:
-            return self._restore_cache[1]
-        import ray
-
-        state: dict[str, Any] = dict(self._last_runner_state)
-        if self._last_weights is not None:
-            state.update(self._last_weights)
-        elif self._local_env_runner is not None:
-            try:
-                local_state = self._local_env_runner.get_state()
-            except AttributeError:  # a local runner without module
-                local_state = self._local_env_runner.get_state(not_components=sync.RL_MODULE)
-            for key, value in local_state.items():
-                state.setdefault(key, value)
-        else:
-            peer = self._peer_module_state()
-            if peer is not None:
-                state.update(peer)
-        if sync.RL_MODULE in state and not sync._is_ref(state[sync.RL_MODULE]):
-            state[sync.RL_MODULE] = ray.put(state[sync.RL_MODULE])
-        self._restore_cache = (self._state_version, state)
-        return state
-
     def _peer_module_state(self) -> dict | None:
         """Weights of a healthy remote runner (used when nothing was broadcast yet)."""
-        healthy = self._worker_manager.healthy_actor_ids()
+        healthy = self._manager.healthy_actor_ids()
         if not healthy:
             return None
-        timeout = float(self._remote_config.env_runner_restore_timeout_s)
-        results = self._worker_manager.foreach_actor(
-            sync.module_state, remote_actor_ids=healthy[:1], timeout_seconds=timeout
+        timeout = float(self._config.env_runner_restore_timeout_s)
+        results = self._manager.foreach_actor(
+            remote.module_state, remote_actor_ids=healthy[:1], timeout_seconds=timeout
         )
         for r in results.ignore_errors():
             return r.get()
         return None
 
     def _fire_restore(self, actor_id: int) -> None:
-        handle = self._worker_manager.get_actor(actor_id)
+        handle = self._manager.get_actor(actor_id)
+        state = self._broadcast.restore_state(self.local_env_runner, self._peer_module_state)
         ref = handle.apply.remote(
-            sync.restore_runner,
-            state=self._restore_state(),
+            remote.restore_runner,
+            state=state,
             config=self._config_ref(),
-            ctor_kwargs=self._ctor_kwargs.get(actor_id),
+            ctor_kwargs=self.ctor_kwargs.get(actor_id),
         )
-        self._restore_calls[actor_id] = (ref, self._state_version, time.monotonic())
+        self._restore_calls[actor_id] = (ref, self._broadcast.version, time.monotonic())
 
     def _poll_restores(self, timeout: float | None = 0.0, *, only: list[int] | None = None) -> None:
         """Send restore calls to unhealthy runners Ray reports alive; finish the done ones."""
         import ray
         from ray.exceptions import RayError
 
-        manager = self._worker_manager
+        manager = self._manager
         for actor_id in only if only is not None else manager.actor_ids():
             if (
                 actor_id in self._restore_calls
@@ -323,7 +352,7 @@ class GroupRecovery:
                 continue
             gcs = None if only is not None else actor_state_in_gcs(manager.get_actor(actor_id))
             if gcs == "DEAD":
-                restart = bool(self._remote_config.restart_failed_env_runners)
+                restart = bool(self._config.restart_failed_env_runners)
                 if restart and self._replace_dead(actor_id):
                     self._may_restart(actor_id)
                     continue
@@ -357,14 +386,14 @@ class GroupRecovery:
                     self._after_fault(actor_id, err)
                     self._restore_failures[actor_id] = 0
                 continue
-            if version < self._state_version:
+            if version < self._broadcast.version:
                 self._fire_restore(actor_id)  # a newer broadcast happened meanwhile
                 continue
             self._restore_failures.pop(actor_id, None)
             manager.mark_actor_restored(actor_id)
             self._restored_since_probe.append(actor_id)
             logger.info("env runner %d is restored (with the latest state).", actor_id)
-        limit = float(self._remote_config.env_runner_restore_timeout_s)
+        limit = float(self._config.env_runner_restore_timeout_s)
         now = time.monotonic()
         for actor_id, (_, _, started) in list(self._restore_calls.items()):
             if now - started > limit:
@@ -377,53 +406,45 @@ class GroupRecovery:
                 del self._restore_calls[actor_id]
                 ray.kill(manager.get_actor(actor_id), no_restart=False)
 
-    def _restore_now(self, actor_ids: list[int]) -> None:
+    def restore_now(self, actor_ids: list[int]) -> None:
         """Push state to runners that answered a ``mark_healthy`` call; wait for it."""
-        manager = self._worker_manager
+        manager = self._manager
         for actor_id in actor_ids:
             if manager.is_actor_healthy(actor_id):
                 manager.set_actor_state(actor_id, healthy=False)
         self._given_up.difference_update(actor_ids)
-        timeout = float(self._remote_config.env_runner_restore_timeout_s)
+        timeout = float(self._config.env_runner_restore_timeout_s)
         self._poll_restores(timeout, only=list(actor_ids))
 
-    def _maintain(self) -> None:
+    def maintain(self) -> None:
         """Collect finished internal pushes and move restores along (never blocks)."""
-        manager = self._worker_manager
-        if any(manager.num_outstanding_async_reqs(t) for t in sync.INTERNAL_TAGS):
-            results = manager.fetch_ready_async_reqs(
-                tags=list(sync.INTERNAL_TAGS), timeout_seconds=0
-            )
-            self._handle_errors(results)
-        if self._standby is None and time.monotonic() >= self._standby_due:
-            self._spawn_standby(reserve_cpus=False)
-        auto = bool(self._remote_config.restart_failed_env_runners)
+        manager = self._manager
+        if any(manager.num_outstanding_async_reqs(t) for t in INTERNAL_TAGS):
+            results = manager.fetch_ready_async_reqs(tags=list(INTERNAL_TAGS), timeout_seconds=0)
+            self.handle_errors(results)
+        if self.standby is None and time.monotonic() >= self._standby_due:
+            self.spawn_standby(reserve_cpus=False)
+        auto = bool(self._config.restart_failed_env_runners)
         if self._restore_calls or (auto and manager.num_healthy_actors() < manager.num_actors()):
             self._poll_restores(0.0)
 
-    def probe_unhealthy_env_runners(self, timeout_seconds: float | None = None) -> list[int]:
-        """Restore the unhealthy runners that are alive again; return the restored ids.
+    def probe(self, timeout_seconds: float | None = None) -> list[int]:
+        """Finish the restores (within ``timeout_seconds``, default the probe timeout).
 
-        Each one gets the latest weights, connector states and lifetime step count
-        before it is marked healthy. The result also holds runners the group
-        restored on its own since the last probe. Runners Ray is still restarting
-        are not waited for; probe again later.
-
-        Args:
-            timeout_seconds: How long to wait for the restore calls (default
-                ``env_runner_health_probe_timeout_s``).
+        Returns:
+            The ids restored since the last probe, by this call or in the background.
         """
         if timeout_seconds is None:
-            timeout_seconds = float(self._remote_config.env_runner_health_probe_timeout_s)
-        if self._worker_manager.num_actors():
-            self._maintain()
+            timeout_seconds = float(self._config.env_runner_health_probe_timeout_s)
+        if self._manager.num_actors():
+            self.maintain()
             self._poll_restores(timeout_seconds)
         restored, self._restored_since_probe = self._restored_since_probe, []
         return restored
 
-    def _await_healthy(self, timeout_seconds: float) -> bool:
+    def await_healthy(self, timeout_seconds: float) -> bool:
         """Wait (with a deadline) until at least one remote runner is healthy."""
-        manager = self._worker_manager
+        manager = self._manager
         deadline = time.monotonic() + timeout_seconds
         while manager.num_healthy_actors() == 0:
             if all(i in self._given_up for i in manager.actor_ids()):
