@@ -14,11 +14,10 @@ from tests.envs.simple import CountingEnv, FailingEnv
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.connectors import ConnectorPipelineV2, MeanStdFilter, NormalizeAndClipActions
 from envrunners.connectors.steps import clip_rewards_fn
-from envrunners.env.env_errors import StepFailedRecreateEnvError
 from envrunners.env.registry import register_env, unregister_env
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
-from envrunners.errors import ConfigError
-from envrunners.sampling.vector_env import FastSyncVectorEnv
+from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
+from envrunners.errors import ConfigError, StepFailedRecreateEnvError
 
 
 class TestFastSyncVectorEnv:

@@ -10,7 +10,11 @@ value, what was expected and, where there is one, the fix::
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
     ├── EnvRunnerError(RuntimeError) a remote runner failed or hung (runner_index)
     ├── SpaceError(ValueError)       an observation or action outside its space
-    └── MultiAgentEnvError(ValueError) a multi-agent env broke the step protocol
+    ├── MultiAgentEnvError(ValueError) a multi-agent env broke the step protocol
+    └── SubEnvError(RuntimeError)    a sub-env in a worker process raised, died or hung
+
+    StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
+                                     silent recreate (``ray.rllib.env.env_errors``)
 
 The built-in bases keep ``except ValueError`` style code from RLlib working.
 """
@@ -28,6 +32,8 @@ __all__ = [
     "MultiAgentEnvError",
     "OfflineDataError",
     "SpaceError",
+    "StepFailedRecreateEnvError",
+    "SubEnvError",
     "UnknownPolicyError",
     "suggest",
 ]
@@ -114,3 +120,31 @@ class SpaceError(EnvRunnersError, ValueError):
 
 class MultiAgentEnvError(EnvRunnersError, ValueError):
     """A multi-agent env or episode was used against the multi-agent step protocol."""
+
+
+# -- runners and vector envs (env/vector, sampling) ---------------------------------
+class SubEnvError(EnvRunnersError, RuntimeError):
+    """A sub-env in a worker process raised, died or hung.
+
+    Attributes:
+        sub_env_index: Which sub-env.
+        remote_traceback: The traceback text from the worker process, if any.
+    """
+
+    def __init__(self, message: str, *, sub_env_index: int, remote_traceback: str | None = None):
+        self.sub_env_index = sub_env_index
+        self.remote_traceback = remote_traceback
+        text = f"sub-environment {sub_env_index}: {message}"
+        if remote_traceback:
+            text += "\n\nTraceback in the sub-environment's worker process:\n" + remote_traceback
+        super().__init__(text)
+
+
+class StepFailedRecreateEnvError(Exception):
+    """Raised by an env's ``step``/``reset`` to ask for a silent recreate and reset.
+
+    With ``restart_failed_sub_environments=True`` the runner recreates the failing
+    (sub-)environment, drops its partial episode and goes on, without logging a
+    traceback (any other exception is logged once). Not an ``EnvRunnersError``:
+    envs raise it, as in RLlib (``ray.rllib.env.env_errors``).
+    """

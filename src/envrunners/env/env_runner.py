@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from envrunners.env.env_errors import StepFailedRecreateEnvError
-from envrunners.errors import EnvRunnerError
+from envrunners.errors import EnvRunnerError, StepFailedRecreateEnvError
 from envrunners.utils.actor_manager import FaultAwareApply
 from envrunners.utils.metrics import (
     ENV_RESET_TIMER,
