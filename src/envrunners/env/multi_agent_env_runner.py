@@ -23,12 +23,11 @@ from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
 from envrunners.env._multi_agent_runner_state import MultiAgentRunnerStateMixin
 from envrunners.env._runner_common import RunnerCommonMixin
-from envrunners.env.env_runner import ENV_STEP_FAILURE, EnvRunner
+from envrunners.env.env_runner import EnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError
 from envrunners.offline.episode_writer import record_episodes
 from envrunners.sampling.multi_agent import (
-    STEP_FAILED,
     CheckedMappingFn,
     MultiAgentSampler,
     MultiAgentSampleResult,
@@ -126,7 +125,7 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
                 num_envs=self.num_envs,
                 new_episode=self._new_episode,
                 reset_fn=self._reset_vector_env,
-                step_fn=self._step_env,
+                step_fn=self._try_env_step,
                 fire=self._fire_episode,
                 failed_fn=lambda: getattr(self.env, "failed", None),
                 **kwargs,
@@ -211,10 +210,6 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
         if not self.config.disable_env_checking:
             setup.check_reset_observations(self.env, obs)
         return obs, infos
-
-    def _step_env(self, actions: list) -> Any:
-        results = self._try_env_step(actions)
-        return STEP_FAILED if results is ENV_STEP_FAILURE else results
 
     def _act(self, module_id: str, obs: Any, explore: bool, t: int) -> dict:
         start = time.perf_counter()

@@ -28,10 +28,10 @@ from envrunners.core import (
 )
 from envrunners.env import runner_setup
 from envrunners.env._runner_common import RunnerCommonMixin
-from envrunners.env.env_runner import ENV_STEP_FAILURE, EnvRunner
+from envrunners.env.env_runner import EnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.offline.episode_writer import record_episodes
-from envrunners.sampling.single_agent import STEP_FAILED, SampleResult, SingleAgentSampler
+from envrunners.sampling.single_agent import SingleAgentSampler, SingleAgentSampleResult
 from envrunners.utils import metrics as M
 
 __all__ = ["SingleAgentEnvRunner"]
@@ -90,7 +90,7 @@ class SingleAgentEnvRunner(RunnerCommonMixin, EnvRunner):
                 self.env,
                 observation_space=self._env_to_module.observation_space,
                 action_space=self.env.single_action_space,
-                step_fn=self._step_env,
+                step_fn=self._try_env_step,
                 obs_fn=self._obs_to_module,
                 action_fn=self._actions_to_env,
                 reward_fn=runner_setup.reward_transform(self.config),
@@ -143,10 +143,6 @@ class SingleAgentEnvRunner(RunnerCommonMixin, EnvRunner):
             return actions
         batch = self._module_to_env(batch={"actions": actions}, explore=self._explore)
         return batch.get("actions_for_env", batch["actions"])
-
-    def _step_env(self, actions: Any) -> Any:
-        results = self._try_env_step(actions)
-        return STEP_FAILED if results is ENV_STEP_FAILURE else results
 
     def _act(self, obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
         start = time.perf_counter()
@@ -238,7 +234,7 @@ class SingleAgentEnvRunner(RunnerCommonMixin, EnvRunner):
         if not self.config.disable_env_checking:
             self._sampler.check_fn = lambda raw, acts: runner_setup.check_step(self, raw, acts)
 
-    def _record(self, result: SampleResult) -> None:
+    def _record(self, result: SingleAgentSampleResult) -> None:
         steps = result.env_steps
         n_done = len(result.done)
         log = self.metrics.log_value
@@ -250,8 +246,9 @@ class SingleAgentEnvRunner(RunnerCommonMixin, EnvRunner):
         log((M.NUM_MODULE_STEPS_SAMPLED_LIFETIME, DEFAULT_MODULE_ID), steps, reduce="lifetime_sum")
         log(M.NUM_EPISODES, n_done, reduce="sum")
         log(M.NUM_EPISODES_LIFETIME, n_done, reduce="lifetime_sum")
-        if result.num_env_failures:
-            log(M.NUM_ENV_STEP_FAILURES_LIFETIME, result.num_env_failures, reduce="lifetime_sum")
+        if result.num_sub_env_failures:  # whole-env failures were logged by _try_env_step
+            n_failed = result.num_sub_env_failures
+            log(M.NUM_ENV_STEP_FAILURES_LIFETIME, n_failed, reduce="lifetime_sum")
         if result.num_dropped_episodes:
             log("num_episodes_dropped_lifetime", result.num_dropped_episodes, reduce="lifetime_sum")
         if self.module is not None and steps:

@@ -7,18 +7,17 @@ module stays short; nothing here is public API beyond what it re-exports.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import UnknownPolicyError, suggest
+from envrunners.sampling.sample_result import MultiAgentEpisodeStats
 
 __all__ = [
     "CheckedMappingFn",
     "EpisodeTotals",
-    "MultiAgentEpisodeStats",
     "action_rows",
     "prune_zero_len_agents",
     "rows",
@@ -49,18 +48,6 @@ class CheckedMappingFn:
                 "config.multi_agent(policies=...)."
             )
         return module_id
-
-
-@dataclass
-class MultiAgentEpisodeStats:
-    """Whole-episode numbers of one finished episode (all of its chunks together)."""
-
-    length: int
-    ret: float
-    duration_s: float
-    agent_steps: dict[str, int]
-    agent_returns: dict[str, float]
-    module_returns: dict[str, float]
 
 
 class EpisodeTotals:

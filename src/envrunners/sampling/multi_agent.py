@@ -22,63 +22,34 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
+from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import MultiAgentEnvError
 from envrunners.sampling._multi_agent_extras import SEQ_KEY, ExtrasTape, flush_agent_rows
 from envrunners.sampling._multi_agent_parts import (
     CheckedMappingFn,
     EpisodeTotals,
-    MultiAgentEpisodeStats,
     action_rows,
     prune_zero_len_agents,
     rows,
     stack,
 )
+from envrunners.sampling.sample_result import MultiAgentEpisodeStats, SampleResult
 from envrunners.utils.gc_pause import paused_gc
 
-__all__ = [
-    "STEP_FAILED",
-    "CheckedMappingFn",
-    "MultiAgentEpisodeStats",
-    "MultiAgentSampleResult",
-    "MultiAgentSampler",
-]
+__all__ = ["ActFn", "CheckedMappingFn", "MultiAgentSampleResult", "MultiAgentSampler"]
 
-#: Returned by a ``step_fn`` when the whole vector env failed and was recreated.
-STEP_FAILED = "env_step_failure"
 _ALL = "__all__"
 _NO_FLAGS: dict = {}
 
 #: ``act_fn(module_id, obs_batch, explore, t) -> {"actions": ..., extra outputs...}``
 ActFn = Callable[[str, Any, bool, int], dict[str, Any]]
 
-
-@dataclass
-class MultiAgentSampleResult:
-    """What one ``run()`` produced."""
-
-    done: list[MultiAgentEpisode] = field(default_factory=list)
-    ongoing: list[MultiAgentEpisode] = field(default_factory=list)
-    done_env_index: list[int] = field(default_factory=list)
-    ongoing_env_index: list[int] = field(default_factory=list)
-    env_steps: int = 0
-    agent_steps: int = 0
-    #: ``{(agent_id, module_id): observations received}`` (reset observations excluded).
-    agent_counts: dict[tuple[Any, Any], int] = field(default_factory=dict)
-    episode_stats: list[MultiAgentEpisodeStats] = field(default_factory=list)
-    num_env_failures: int = 0
-    #: Sub-envs the vector env recreated on its own (``restart_failed``).
-    num_sub_env_failures: int = 0
-    num_dropped_episodes: int = 0
-
-    @property
-    def episodes(self) -> list[MultiAgentEpisode]:
-        """Finished episodes first, then ongoing chunks in sub-env order (RLlib's order)."""
-        return self.done + self.ongoing
+#: What ``run()`` returns.
+MultiAgentSampleResult = SampleResult[MultiAgentEpisode, MultiAgentEpisodeStats]
 
 
 class MultiAgentSampler:
@@ -88,7 +59,8 @@ class MultiAgentSampler:
         num_envs: Sub-envs in the vector env.
         new_episode: ``new_episode(env_index) -> MultiAgentEpisode`` (fires the callback).
         reset_fn: ``reset_fn() -> (obs list, infos list)`` of the vector env.
-        step_fn: ``step_fn(actions list)`` -> the 5 lists, or ``STEP_FAILED``.
+        step_fn: ``step_fn(actions list)`` -> the 5 lists, or ``ENV_STEP_FAILURE`` after
+            it recreated the whole vector env.
         observation_spaces: Per-agent observation spaces (unknown agents are an error).
         action_spaces: Per-agent action spaces (for random actions).
         obs_fns: Per module, an env-to-module transform of the stacked observations.
@@ -158,7 +130,7 @@ class MultiAgentSampler:
         obs, infos = self.reset_fn()
         if self.obs_fns:
             obs = self._transform_obs(obs)
-        self._ingest(obs, None, None, None, infos, None, None, MultiAgentSampleResult(), None)
+        self._ingest(obs, None, None, None, infos, None, None, SampleResult(), None)
         self.started = True
         return dropped
 
@@ -216,7 +188,7 @@ class MultiAgentSampler:
         """
         if not self.started:
             raise RuntimeError("MultiAgentSampler.run() called before start()")
-        res = MultiAgentSampleResult()
+        res: MultiAgentSampleResult = SampleResult()
         n = self.num_envs
         episode_mode = num_episodes is not None
         target = int(num_episodes if episode_mode else num_timesteps or 0)
@@ -304,7 +276,7 @@ class MultiAgentSampler:
                         for aid, a in actions[i].items():
                             env_actions[i].setdefault(aid, a)
             results = self.step_fn(env_actions)
-            if isinstance(results, str) and results == STEP_FAILED:
+            if results is ENV_STEP_FAILURE:
                 res.num_env_failures += 1
                 res.num_dropped_episodes += self.start()
                 env_ts = agent_ts = 0
