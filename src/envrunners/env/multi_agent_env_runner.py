@@ -23,11 +23,7 @@ from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError
-from envrunners.sampling.multi_agent import (
-    CheckedMappingFn,
-    MultiAgentSampler,
-    MultiAgentSampleResult,
-)
+from envrunners.sampling.multi_agent import MultiAgentSampler, MultiAgentSampleResult
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats
 from envrunners.utils import metrics as M
 
@@ -63,7 +59,7 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         super().__init__(config=config, **kwargs)
         setup.check_mapping_fn(self.config.policy_mapping_fn)
         self._module_ids = list(self.config.policies)
-        self._mapping_fn = CheckedMappingFn(self.config.policy_mapping_fn, self._module_ids)
+        self._mapping_fn = setup.CheckedMappingFn(self.config.policy_mapping_fn, self._module_ids)
         self._sampler: MultiAgentSampler | None = None
         self._module_spaces: dict[str, tuple[gym.Space, gym.Space]] = {}
         self._env_to_module: dict[str, ConnectorPipelineV2] = {}
