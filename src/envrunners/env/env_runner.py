@@ -28,6 +28,8 @@ from envrunners.core import (
     COMPONENT_ENV_TO_MODULE_CONNECTOR,
     COMPONENT_MODULE_TO_ENV_CONNECTOR,
     COMPONENT_RL_MODULE,
+    INPUT_ENV_SINGLE_SPACES,
+    INPUT_ENV_SPACES,
 )
 from envrunners.env import runner_setup
 from envrunners.errors import EnvRunnerError, StepFailedRecreateEnvError
@@ -43,7 +45,10 @@ from envrunners.utils.metrics import (
 from envrunners.utils.metrics_logger import MetricsLogger
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from envrunners.algorithms.algorithm_config import AlgorithmConfig
+    from envrunners.env.env_context import EnvContext
     from envrunners.sampling.sample_result import EpisodeStats, SampleResult
 
 __all__ = [
@@ -254,6 +259,45 @@ class NewStackEnvRunner(EnvRunner):
         self._inference_time = 0.0
         self._time_after_sampling: float | None = None
         self._done_stats: list[EpisodeStats] = []
+
+    # -- the env -------------------------------------------------------------------
+    def _replace_env(
+        self, make_vector_env: Callable[[Any, int | None, int | None], tuple[Any, EnvContext]]
+    ) -> None:
+        """Close the current env (if any) and build the new one with ``make_vector_env``.
+
+        ``make_vector_env(config, worker_index, num_workers) -> (vector env, EnvContext)``.
+
+        Raises:
+            ConfigError: The vector env's size is not ``num_envs_per_env_runner``.
+        """
+        if self.env is not None:
+            runner_setup.close_quietly(self.env)
+            self.env = None
+        self.env, self._env_context = make_vector_env(
+            self.config, self.worker_index, self.num_workers
+        )
+        self.num_envs = runner_setup.check_num_envs(self.env, self.config)
+
+    def _env_created(self) -> None:
+        """Ask for a seeded reset on the next ``sample()``; fire ``on_environment_created``."""
+        self._needs_initial_reset = True
+        runner_setup.fire(
+            self,
+            "on_environment_created",
+            env_runner=self,
+            metrics_logger=self.metrics,
+            env=self.env.unwrapped,
+            env_context=self._env_context,
+        )
+
+    def _env_spaces(self) -> dict[str, tuple[gym.Space, gym.Space]]:
+        """``__env__`` (batched) and ``__env_single__`` spaces of the env (which exists)."""
+        env = self.env
+        return {
+            INPUT_ENV_SPACES: (env.observation_space, env.action_space),
+            INPUT_ENV_SINGLE_SPACES: (env.single_observation_space, env.single_action_space),
+        }
 
     # -- hooks of the subclasses ---------------------------------------------------
     @abc.abstractmethod

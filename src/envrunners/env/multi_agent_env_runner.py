@@ -17,7 +17,7 @@ from typing import Any
 import gymnasium as gym
 
 from envrunners.connectors.connector_v2 import ConnectorPipelineV2
-from envrunners.core import COMPONENT_RL_MODULE, INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
+from envrunners.core import COMPONENT_RL_MODULE
 from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
@@ -76,13 +76,7 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
     # -- construction --------------------------------------------------------------
     def make_env(self) -> None:
         """(Re)create the vector env, its per-module connectors and the sampler."""
-        if self.env is not None:
-            runner_setup.close_quietly(self.env)
-            self.env = None
-        self.env, self._env_context = setup.make_vector_env(
-            self.config, self.worker_index, self.num_workers
-        )
-        self.num_envs = runner_setup.check_num_envs(self.env, self.config)
+        self._replace_env(setup.make_vector_env)
         self._module_spaces = setup.module_spaces(
             self.config,
             self.env.single_observation_spaces,
@@ -112,15 +106,7 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
                 failed_fn=lambda: getattr(self.env, "failed", None),
                 **kwargs,
             )
-        self._needs_initial_reset = True
-        runner_setup.fire(
-            self,
-            "on_environment_created",
-            env_runner=self,
-            metrics_logger=self.metrics,
-            env=self.env.unwrapped,
-            env_context=self._env_context,
-        )
+        self._env_created()
 
     def _build_connectors(self) -> None:
         self._env_to_module, self._module_to_env = {}, {}
@@ -299,14 +285,7 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         }
         if self.env is None:
             return {**self.spaces, **modules}
-        return {
-            INPUT_ENV_SPACES: (self.env.observation_space, self.env.action_space),
-            INPUT_ENV_SINGLE_SPACES: (
-                self.env.single_observation_space,
-                self.env.single_action_space,
-            ),
-            **modules,
-        }
+        return {**self._env_spaces(), **modules}
 
     def get_policies_to_train(self) -> set[str]:
         """The module ids that ``config.policies_to_train`` marks trainable (all if None)."""

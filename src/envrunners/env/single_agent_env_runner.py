@@ -20,7 +20,6 @@ from envrunners.core import (
     DEFAULT_AGENT_ID,
     DEFAULT_MODULE_ID,
     INPUT_ENV_SINGLE_SPACES,
-    INPUT_ENV_SPACES,
 )
 from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
@@ -56,13 +55,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
     # -- construction --------------------------------------------------------------
     def make_env(self) -> None:
         """(Re)create the vector env, its connectors and the sampler (closes the old env)."""
-        if self.env is not None:
-            runner_setup.close_quietly(self.env)
-            self.env = None
-        self.env, self._env_context = runner_setup.make_vector_env(
-            self.config, self.worker_index, self.num_workers
-        )
-        self.num_envs = runner_setup.check_num_envs(self.env, self.config)
+        self._replace_env(runner_setup.make_vector_env)
         rebuilt = self._sampler is not None and self._sampler.env is not None
         if rebuilt and self._spaces_unchanged():
             # A recreated env (after a failure or a config change) keeps the connector
@@ -82,15 +75,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
                 reward_fn=runner_setup.reward_transform(self.config),
                 lookback=self.config.episode_lookback_horizon,
             )
-        self._needs_initial_reset = True
-        runner_setup.fire(
-            self,
-            "on_environment_created",
-            env_runner=self,
-            metrics_logger=self.metrics,
-            env=self.env.unwrapped,
-            env_context=self._env_context,
-        )
+        self._env_created()
 
     def _spaces_unchanged(self) -> bool:
         old = self._env_to_module.input_observation_space, self._module_to_env.input_action_space
@@ -233,11 +218,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
             spaces.setdefault(DEFAULT_MODULE_ID, (self._env_to_module.observation_space, act))
             return spaces
         return {
-            INPUT_ENV_SPACES: (self.env.observation_space, self.env.action_space),
-            INPUT_ENV_SINGLE_SPACES: (
-                self.env.single_observation_space,
-                self.env.single_action_space,
-            ),
+            **self._env_spaces(),
             DEFAULT_MODULE_ID: (
                 self._env_to_module.observation_space,
                 self.env.single_action_space,
