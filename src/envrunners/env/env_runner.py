@@ -232,8 +232,8 @@ class NewStackEnvRunner(EnvRunner):
     ``weights_seq_no``, connector states), weights, checkpoints (plain files, no
     pickle, written atomically; restoring always applies the weights), health and
     ``stop``. A subclass builds ``env``, ``module``, ``_env_to_module`` and
-    ``_module_to_env`` and says how its module and connector states look and how
-    its episodes break down by agent and module (the abstract ``_...`` hooks).
+    ``_module_to_env`` and says how weights load into its module, how its connector
+    states look and how its episodes break down by agent and module (the ``_...`` hooks).
 
     Args:
         config: The ``AlgorithmConfig``.
@@ -300,15 +300,6 @@ class NewStackEnvRunner(EnvRunner):
         }
 
     # -- hooks of the subclasses ---------------------------------------------------
-    @abc.abstractmethod
-    def _get_module_state(
-        self,
-        components: str | list[str] | None,
-        not_components: str | list[str] | None,
-        inference_only: bool,
-    ) -> Any:
-        """The module's state for ``get_state`` (``module`` is not None)."""
-
     @abc.abstractmethod
     def _set_module_state(self, weights: Any) -> None:
         """Load ``weights`` (a resolved ``rl_module`` state) into ``module``."""
@@ -460,8 +451,12 @@ class NewStackEnvRunner(EnvRunner):
         if pick(COMPONENT_RL_MODULE):
             if self.module is None:
                 raise AttributeError("this runner has no module; its rl_module state is undefined")
-            state[COMPONENT_RL_MODULE] = self._get_module_state(
-                components, not_components, kwargs.get("inference_only", False)
+            # ``rl_module/p0`` paths select modules of a MultiRLModule (a single
+            # module ignores them), as in RLlib.
+            state[COMPONENT_RL_MODULE] = self.module.get_state(
+                components=_sub_components(components, COMPONENT_RL_MODULE),
+                not_components=_sub_components(not_components, COMPONENT_RL_MODULE),
+                inference_only=kwargs.get("inference_only", False),
             )
             state[M.WEIGHTS_SEQ_NO] = self._weights_seq_no
         if pick(COMPONENT_ENV_TO_MODULE_CONNECTOR):
@@ -573,3 +568,12 @@ class NewStackEnvRunner(EnvRunner):
     def __repr__(self) -> str:
         index, n = getattr(self, "worker_index", None), getattr(self, "num_envs", 0)
         return f"{type(self).__name__}(worker_index={index}, num_envs={n})"
+
+
+def _sub_components(value: str | list[str] | None, prefix: str) -> list[str] | None:
+    """``["rl_module/p0"]`` -> ``["p0"]``; None if nothing below ``prefix`` is named."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else list(value)
+    subs = [c[len(prefix) + 1 :] for c in items if c.startswith(prefix + "/")]
+    return subs or None

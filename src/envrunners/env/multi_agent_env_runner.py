@@ -17,7 +17,6 @@ from typing import Any
 import gymnasium as gym
 
 from envrunners.connectors.connector_v2 import ConnectorPipelineV2
-from envrunners.core import COMPONENT_RL_MODULE
 from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
@@ -250,19 +249,6 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         for mid, ret in stats.module_returns.items():
             log((M.EPISODE_MODULE_RETURN_MEAN, mid), ret, window=window)
 
-    def _get_module_state(
-        self,
-        components: str | list[str] | None,
-        not_components: str | list[str] | None,
-        inference_only: bool,
-    ) -> Any:
-        """``{module_id: weights}``; ``rl_module/p0`` paths pick single modules."""
-        return self.module.get_state(
-            components=_sub_components(components, COMPONENT_RL_MODULE),
-            not_components=_sub_components(not_components, COMPONENT_RL_MODULE),
-            inference_only=inference_only,
-        )
-
     def _set_module_state(self, weights: Any) -> None:
         self.module.set_state(weights)
 
@@ -295,12 +281,3 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         if callable(to_train):
             return {mid for mid in self._module_ids if to_train(mid, None)}
         return {mid for mid in self._module_ids if mid in set(to_train)}
-
-
-def _sub_components(value: str | list[str] | None, prefix: str) -> list[str] | None:
-    """``["rl_module/p0"]`` -> ``["p0"]``; None if nothing below ``prefix`` is named."""
-    if value is None:
-        return None
-    items = [value] if isinstance(value, str) else list(value)
-    subs = [c[len(prefix) + 1 :] for c in items if c.startswith(prefix + "/")]
-    return subs or None

@@ -188,14 +188,6 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         log(("agent_episode_return_mean", DEFAULT_AGENT_ID), stats.ret, window=window)
         log(("module_episode_return_mean", DEFAULT_MODULE_ID), stats.ret, window=window)
 
-    def _get_module_state(
-        self,
-        components: str | list[str] | None,
-        not_components: str | list[str] | None,
-        inference_only: bool,
-    ) -> Any:
-        return self.module.get_state(inference_only=inference_only)
-
     def _set_module_state(self, weights: Any) -> None:
         if isinstance(weights, dict) and DEFAULT_MODULE_ID in weights:
             weights = weights[DEFAULT_MODULE_ID]  # a {module_id: weights} state
