@@ -14,11 +14,13 @@ from tests.envs.simple import CountingEnv, FailingEnv
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.connectors import ConnectorPipelineV2, MeanStdFilter, NormalizeAndClipActions
 from envrunners.connectors.steps import clip_rewards_fn
-from envrunners.env.env_errors import StepFailedRecreateEnvError
+from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.registry import register_env, unregister_env
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
-from envrunners.errors import ConfigError
-from envrunners.sampling.vector_env import FastSyncVectorEnv
+from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
+from envrunners.errors import ConfigError, StepFailedRecreateEnvError
+from envrunners.sampling.sample_result import SampleResult
+from envrunners.sampling.single_agent import SingleAgentSampler
 
 
 class TestFastSyncVectorEnv:
@@ -235,6 +237,30 @@ class TestRunnerWiring:
             assert r.get_metrics()["num_env_step_failures"] == 1
         finally:
             r.stop()
+
+    def test_loops_share_one_failure_marker_and_result_type(self):
+        # _try_env_step hands the loops ENV_STEP_FAILURE itself; both count it as a
+        # whole-env failure in the one SampleResult type and start fresh episodes.
+        env = FastSyncVectorEnv([lambda: CountingEnv() for _ in range(2)])
+        calls = {"n": 0}
+
+        def step_fn(actions):
+            calls["n"] += 1
+            return ENV_STEP_FAILURE if calls["n"] == 3 else env.step(actions)
+
+        sampler = SingleAgentSampler(
+            env,
+            observation_space=env.single_observation_space,
+            action_space=env.single_action_space,
+            step_fn=step_fn,
+        )
+        sampler.start(*env.reset(seed=0))
+        result = sampler.run(act_fn=None, explore=True, num_timesteps=10, random_actions=True)
+        assert isinstance(result, SampleResult)
+        assert (result.num_env_failures, result.num_sub_env_failures) == (1, 0)
+        assert result.num_dropped_episodes == 2
+        assert result.env_steps == result.agent_steps == 10
+        assert all(e.t_started == 0 for e in result.episodes)
 
 
 class TestCallbacks:

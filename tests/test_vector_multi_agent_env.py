@@ -22,12 +22,11 @@ from tests.envs.multi_agent import (
 from envrunners.env.multi_agent_env import make_multi_agent
 from envrunners.env.vector import (
     AsyncVectorMultiAgentEnv,
-    SubEnvError,
     SyncVectorMultiAgentEnv,
     VectorMultiAgentEnv,
     make_vec,
 )
-from envrunners.errors import MultiAgentEnvError
+from envrunners.errors import MultiAgentEnvError, SubEnvError
 
 MultiAgentCartPole = make_multi_agent("CartPole-v1")
 SCHED = make_schedule(7, num_agents=3, length=4, p_obs=1.0)

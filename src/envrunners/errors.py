@@ -21,7 +21,11 @@ value, what was expected and, where there is one, the fix::
     ├── DeprecatedAPIError(ValueError) a removed RLlib API was called (names its replacement)
     ├── BatchArgumentError(ValueError, AssertionError) a bad argument to a batch method
     ├── BatchTypeError(TypeError, AssertionError) a non-batch value where a batch belongs
-    └── ColumnKeyError(KeyError)     a batch column that is missing or forbidden
+    ├── ColumnKeyError(KeyError)     a batch column that is missing or forbidden
+    └── SubEnvError(RuntimeError)    a sub-env in a worker process raised, died or hung
+
+    StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
+                                     silent recreate (``ray.rllib.env.env_errors``)
 
 The built-in bases keep ``except ValueError`` style code from RLlib working.
 """
@@ -34,8 +38,8 @@ from collections.abc import Iterable
 __all__ = [
     "BatchArgumentError",
     "BatchTypeError",
-    "ColumnKeyError",
     "CliError",
+    "ColumnKeyError",
     "CompressionError",
     "ConfigError",
     "DeprecatedAPIError",
@@ -48,6 +52,8 @@ __all__ = [
     "OfflineInputNotFoundError",
     "PickleNotAllowedError",
     "SpaceError",
+    "StepFailedRecreateEnvError",
+    "SubEnvError",
     "UnencodableValueError",
     "UnknownPolicyError",
     "UnknownPolicyToRemoveError",
@@ -208,4 +214,32 @@ class UnknownPolicyToRemoveError(UnknownPolicyError, ValueError):
 
     A ``ValueError`` too, because RLlib raises ``ValueError`` there; old-stack code
     catching that keeps working, and ``except UnknownPolicyError`` catches it as well.
+    """
+
+
+# -- runners and vector envs (env/vector, sampling) ---------------------------------
+class SubEnvError(EnvRunnersError, RuntimeError):
+    """A sub-env in a worker process raised, died or hung.
+
+    Attributes:
+        sub_env_index: Which sub-env.
+        remote_traceback: The traceback text from the worker process, if any.
+    """
+
+    def __init__(self, message: str, *, sub_env_index: int, remote_traceback: str | None = None):
+        self.sub_env_index = sub_env_index
+        self.remote_traceback = remote_traceback
+        text = f"sub-environment {sub_env_index}: {message}"
+        if remote_traceback:
+            text += "\n\nTraceback in the sub-environment's worker process:\n" + remote_traceback
+        super().__init__(text)
+
+
+class StepFailedRecreateEnvError(Exception):
+    """Raised by an env's ``step``/``reset`` to ask for a silent recreate and reset.
+
+    With ``restart_failed_sub_environments=True`` the runner recreates the failing
+    (sub-)environment, drops its partial episode and goes on, without logging a
+    traceback (any other exception is logged once). Not an ``EnvRunnersError``:
+    envs raise it, as in RLlib (``ray.rllib.env.env_errors``).
     """

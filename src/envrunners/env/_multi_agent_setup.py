@@ -1,4 +1,5 @@
-"""Building blocks of ``MultiAgentEnvRunner``: its vector env, module spaces and modules.
+"""Building blocks of ``MultiAgentEnvRunner``: its vector env, module spaces, modules
+and its checked ``policy_mapping_fn``.
 
 Why: kept apart from the runner so the runner module reads as RLlib's API on top
 of the sampler, and each piece fails with its own clear error.
@@ -23,9 +24,16 @@ from envrunners.env.vector import (
     SyncVectorMultiAgentEnv,
     VectorMultiAgentEnv,
 )
-from envrunners.errors import ConfigError, EnvCreatorError, SpaceError
+from envrunners.errors import (
+    ConfigError,
+    EnvCreatorError,
+    SpaceError,
+    UnknownPolicyError,
+    suggest,
+)
 
 __all__ = [
+    "CheckedMappingFn",
     "as_multi_agent_env",
     "build_modules",
     "check_mapping_fn",
@@ -121,6 +129,31 @@ def check_mapping_fn(fn: Any) -> None:
         ) from None
     except ValueError:  # no signature (builtins): trust it
         pass
+
+
+class CheckedMappingFn:
+    """``policy_mapping_fn`` wrapper that rejects module ids the runner does not have.
+
+    Why: a typo in the mapping fn otherwise surfaces as a KeyError deep in the
+    sampler; this names the agent, the returned id, the known ids and the fix.
+    Picklable (the episodes carry it through Ray's object store).
+    """
+
+    def __init__(self, fn: Callable[..., Any], module_ids: Any):
+        self.fn = fn
+        self.module_ids = frozenset(module_ids)
+
+    def __call__(self, agent_id: Any, episode: Any = None, **kwargs: Any) -> Any:
+        module_id = self.fn(agent_id, episode, **kwargs)
+        if module_id not in self.module_ids:
+            known = sorted(map(str, self.module_ids))
+            raise UnknownPolicyError(
+                f"policy_mapping_fn returned module id {module_id!r} for agent {agent_id!r}, "
+                f"but the known module (policy) ids are {known}.{suggest(module_id, known)} "
+                f"Fix: return one of {known} from policy_mapping_fn, or add {module_id!r} to "
+                "config.multi_agent(policies=...)."
+            )
+        return module_id
 
 
 def _maps_to(fn: Callable[..., Any], agent_id: Any) -> Any:

@@ -11,28 +11,19 @@ loop itself (one forward per module per step) is
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 import gymnasium as gym
 
 from envrunners.connectors.connector_v2 import ConnectorPipelineV2
-from envrunners.core import INPUT_ENV_SINGLE_SPACES, INPUT_ENV_SPACES
 from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
-from envrunners.env._multi_agent_runner_state import MultiAgentRunnerStateMixin
-from envrunners.env._runner_common import RunnerCommonMixin
-from envrunners.env.env_runner import ENV_STEP_FAILURE, EnvRunner
+from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError
-from envrunners.offline.episode_writer import record_episodes
-from envrunners.sampling.multi_agent import (
-    STEP_FAILED,
-    CheckedMappingFn,
-    MultiAgentSampler,
-    MultiAgentSampleResult,
-)
+from envrunners.sampling.multi_agent import MultiAgentSampler, MultiAgentSampleResult
+from envrunners.sampling.sample_result import MultiAgentEpisodeStats
 from envrunners.utils import metrics as M
 
 __all__ = ["MultiAgentEnvRunner"]
@@ -40,7 +31,7 @@ __all__ = ["MultiAgentEnvRunner"]
 _EPISODE_EVENTS = ("on_episode_created", "on_episode_start", "on_episode_step", "on_episode_end")
 
 
-class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunner):
+class MultiAgentEnvRunner(NewStackEnvRunner):
     """Samples a (vectorised) multi-agent env with one module per policy id.
 
     Args:
@@ -65,21 +56,10 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
                 "SingleAgentEnvRunner."
             )
         super().__init__(config=config, **kwargs)
-        self.tune_trial_id = kwargs.get("tune_trial_id")
-        self.spaces: dict = kwargs.get("spaces") or {}
-        self._callbacks = runner_setup.make_callbacks(self.config)
         setup.check_mapping_fn(self.config.policy_mapping_fn)
         self._module_ids = list(self.config.policies)
-        self._mapping_fn = CheckedMappingFn(self.config.policy_mapping_fn, self._module_ids)
-        self.num_envs = 0
+        self._mapping_fn = setup.CheckedMappingFn(self.config.policy_mapping_fn, self._module_ids)
         self._sampler: MultiAgentSampler | None = None
-        self._needs_initial_reset = True
-        self._weights_seq_no = 0
-        self._time_after_sampling: float | None = None
-        self._done_stats: list = []
-        self._explore = bool(self.config.explore)
-        self.module: Any = None
-        self._module_error: str | None = None
         self._module_spaces: dict[str, tuple[gym.Space, gym.Space]] = {}
         self._env_to_module: dict[str, ConnectorPipelineV2] = {}
         self._module_to_env: dict[str, ConnectorPipelineV2] = {}
@@ -95,13 +75,7 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
     # -- construction --------------------------------------------------------------
     def make_env(self) -> None:
         """(Re)create the vector env, its per-module connectors and the sampler."""
-        if self.env is not None:
-            runner_setup.close_quietly(self.env)
-            self.env = None
-        self.env, self._env_context = setup.make_vector_env(
-            self.config, self.worker_index, self.num_workers
-        )
-        self.num_envs = runner_setup.check_num_envs(self.env, self.config)
+        self._replace_env(setup.make_vector_env)
         self._module_spaces = setup.module_spaces(
             self.config,
             self.env.single_observation_spaces,
@@ -126,20 +100,12 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
                 num_envs=self.num_envs,
                 new_episode=self._new_episode,
                 reset_fn=self._reset_vector_env,
-                step_fn=self._step_env,
+                step_fn=self._try_env_step,
                 fire=self._fire_episode,
                 failed_fn=lambda: getattr(self.env, "failed", None),
                 **kwargs,
             )
-        self._needs_initial_reset = True
-        runner_setup.fire(
-            self,
-            "on_environment_created",
-            env_runner=self,
-            metrics_logger=self.metrics,
-            env=self.env.unwrapped,
-            env_context=self._env_context,
-        )
+        self._env_created()
 
     def _build_connectors(self) -> None:
         self._env_to_module, self._module_to_env = {}, {}
@@ -212,10 +178,6 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
             setup.check_reset_observations(self.env, obs)
         return obs, infos
 
-    def _step_env(self, actions: list) -> Any:
-        results = self._try_env_step(actions)
-        return STEP_FAILED if results is ENV_STEP_FAILURE else results
-
     def _act(self, module_id: str, obs: Any, explore: bool, t: int) -> dict:
         start = time.perf_counter()
         out = runner_setup.compute_actions(self._modules[module_id], obs, explore, t)
@@ -240,40 +202,18 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
         episodes come first, then each sub-env's in-progress chunk, which the next
         call continues (same ``id_``, ``env_t_started`` = this chunk's ``env_t``).
         """
-        if self.env is None:
-            raise ValueError(
-                f"{self} doesn't have an env! Can't call `sample()` on it (a group's local "
-                "runner without env: set create_env_on_local_worker=True, or sample remotely)."
-            )
-        num_timesteps, num_episodes = runner_setup.check_sample_counts(num_timesteps, num_episodes)
-        start = time.perf_counter()
-        if self._time_after_sampling is not None:
-            self.metrics.log_value(M.TIME_BETWEEN_SAMPLING, start - self._time_after_sampling)
-        self.metrics.log_value(M.WEIGHTS_SEQ_NO, self._weights_seq_no, reduce="last")
-        self._explore = bool(self.config.explore if explore is None else explore)
-        if num_timesteps is None and num_episodes is None:
-            if self.config.batch_mode == "truncate_episodes":
-                fragment = self.config.get_rollout_fragment_length(self.worker_index or 0)
-                num_timesteps = fragment * self.num_envs
-            else:
-                num_episodes = self.num_envs
-        if not random_actions and self.module is None:
-            raise ValueError(
-                f"this runner has no module ({self._module_error}): sample with "
-                "random_actions=True, or set config.rl_module(rl_module_spec=...) to a module "
-                "that handles the env's spaces."
-            )
+        num_timesteps, num_episodes, start = self._begin_sample(
+            num_timesteps, num_episodes, explore, random_actions
+        )
         sampler = self._sampler
         reset = force_reset or num_episodes is not None or self._needs_initial_reset
         if reset or not sampler.started:
             sampler.start()
         if num_episodes is not None:
             self._needs_initial_reset = True
-        self._inference_time = 0.0
         self._modules = dict(self.module.items()) if self.module is not None else {}
         sampler.weights_seq_no = self._weights_seq_no
-        n = self.config.num_env_runners or 1
-        t_offset = (self.num_env_steps_sampled_lifetime // n) * n
+        t_offset = self._t_offset()
         try:
             with runner_setup.torch_threads(self.config, self.worker_index):
                 result = sampler.run(
@@ -293,67 +233,36 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
         if self.config.episodes_to_numpy:
             for episode in episodes:
                 episode.to_numpy()
-        runner_setup.fire(
-            self, "on_sample_end", env_runner=self, metrics_logger=self.metrics, samples=episodes
-        )
-        record_episodes(self, episodes)  # no-op unless config.output is set
-        self._time_after_sampling = time.perf_counter()
-        self.metrics.log_value(M.SAMPLE_TIMER, self._time_after_sampling - start)
+        self._end_sample(episodes, start)
         return episodes
 
-    def _record(self, result: MultiAgentSampleResult) -> None:
-        log = self.metrics.log_value
-        steps, n_done = result.env_steps, len(result.done)
-        log(M.NUM_ENV_STEPS_SAMPLED, steps, reduce="sum")
-        log(M.NUM_ENV_STEPS_SAMPLED_LIFETIME, steps, reduce="lifetime_sum", with_throughput=True)
-        agents: dict[str, int] = {}
-        modules: dict[str, int] = {}
-        for (aid, mid), count in result.agent_counts.items():
-            agents[str(aid)] = agents.get(str(aid), 0) + count
-            modules[str(mid)] = modules.get(str(mid), 0) + count
-        for aid, count in agents.items():
-            log((M.NUM_AGENT_STEPS_SAMPLED, aid), count, reduce="sum")
-            log((M.NUM_AGENT_STEPS_SAMPLED_LIFETIME, aid), count, reduce="lifetime_sum")
-        for mid, count in modules.items():
-            log((M.NUM_MODULE_STEPS_SAMPLED, mid), count, reduce="sum")
-            log((M.NUM_MODULE_STEPS_SAMPLED_LIFETIME, mid), count, reduce="lifetime_sum")
-        log(M.NUM_EPISODES, n_done, reduce="sum")
-        log(M.NUM_EPISODES_LIFETIME, n_done, reduce="lifetime_sum")
-        if result.num_sub_env_failures:  # whole-env failures were logged by _try_env_step
-            n_failed = result.num_sub_env_failures
-            log(M.NUM_ENV_STEP_FAILURES_LIFETIME, n_failed, reduce="lifetime_sum")
-        if result.num_dropped_episodes:
-            log("num_episodes_dropped_lifetime", result.num_dropped_episodes, reduce="lifetime_sum")
-        if self.module is not None and steps:
-            log(M.RLMODULE_INFERENCE_TIMER, self._inference_time / steps)
-        self._log_env_timers(steps)
-        self._done_stats.extend(result.episode_stats)
+    # -- what NewStackEnvRunner asks of us: agents, modules and states --------------
+    def _steps_by_agent_and_module(self, result: MultiAgentSampleResult) -> dict:
+        return result.agent_counts
 
-    # -- metrics, spaces -----------------------------------------------------------
-    def get_metrics(self) -> dict:
-        """Whole-episode stats (totals, per agent, per module) since the last call, plus counters."""
-        window = max(
-            1,
-            math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.num_workers or 1)),
-        )
+    def _log_episode_breakdown(self, stats: MultiAgentEpisodeStats, window: int) -> None:
         log = self.metrics.log_value
-        for s in self._done_stats:
-            log(M.EPISODE_LEN_MEAN, s.length, window=window)
-            log(M.EPISODE_RETURN_MEAN, s.ret, window=window)
-            log(M.EPISODE_DURATION_SEC_MEAN, s.duration_s, window=window)
-            for aid, ret in s.agent_returns.items():
-                log((M.EPISODE_AGENT_RETURN_MEAN, aid), ret, window=window)
-            for aid, n in s.agent_steps.items():
-                log((M.EPISODE_AGENT_STEPS, aid), n, window=window)
-            for mid, ret in s.module_returns.items():
-                log((M.EPISODE_MODULE_RETURN_MEAN, mid), ret, window=window)
-            log(M.EPISODE_LEN_MIN, s.length, reduce="min", window=window)
-            log(M.EPISODE_RETURN_MIN, s.ret, reduce="min", window=window)
-            log(M.EPISODE_LEN_MAX, s.length, reduce="max", window=window)
-            log(M.EPISODE_RETURN_MAX, s.ret, reduce="max", window=window)
-        self._done_stats = []
-        return self.metrics.reduce()
+        for aid, ret in stats.agent_returns.items():
+            log((M.EPISODE_AGENT_RETURN_MEAN, aid), ret, window=window)
+        for aid, n in stats.agent_steps.items():
+            log((M.EPISODE_AGENT_STEPS, aid), n, window=window)
+        for mid, ret in stats.module_returns.items():
+            log((M.EPISODE_MODULE_RETURN_MEAN, mid), ret, window=window)
 
+    def _set_module_state(self, weights: Any) -> None:
+        self.module.set_state(weights)
+
+    def _get_connector_state(self, pipelines: dict[str, ConnectorPipelineV2]) -> dict:
+        """``{module_id: pipeline state}``."""
+        return {mid: p.get_state() for mid, p in pipelines.items()}
+
+    def _set_connector_state(self, pipelines: dict[str, ConnectorPipelineV2], state: Any) -> None:
+        """Load ``{module_id: pipeline state}`` (ids this runner lacks are skipped)."""
+        for mid, sub in (state or {}).items():
+            if mid in pipelines:
+                pipelines[mid].set_state(sub)
+
+    # -- spaces and policies -------------------------------------------------------
     def get_spaces(self) -> dict[str, tuple[gym.Space, gym.Space]]:
         """``__env__``, ``__env_single__`` and, per module id, its (module-side obs, action) spaces."""
         modules = {
@@ -362,14 +271,7 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
         }
         if self.env is None:
             return {**self.spaces, **modules}
-        return {
-            INPUT_ENV_SPACES: (self.env.observation_space, self.env.action_space),
-            INPUT_ENV_SINGLE_SPACES: (
-                self.env.single_observation_space,
-                self.env.single_action_space,
-            ),
-            **modules,
-        }
+        return {**self._env_spaces(), **modules}
 
     def get_policies_to_train(self) -> set[str]:
         """The module ids that ``config.policies_to_train`` marks trainable (all if None)."""
@@ -379,7 +281,3 @@ class MultiAgentEnvRunner(MultiAgentRunnerStateMixin, RunnerCommonMixin, EnvRunn
         if callable(to_train):
             return {mid for mid in self._module_ids if to_train(mid, None)}
         return {mid for mid in self._module_ids if mid in set(to_train)}
-
-    def __repr__(self) -> str:
-        index, n = getattr(self, "worker_index", None), getattr(self, "num_envs", 0)
-        return f"MultiAgentEnvRunner(worker_index={index}, num_envs={n})"

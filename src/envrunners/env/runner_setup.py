@@ -19,8 +19,8 @@ from envrunners.connectors.connector_v2 import ConnectorPipelineV2, ConnectorV2
 from envrunners.connectors.steps import MeanStdFilter, NormalizeAndClipActions, clip_rewards_fn
 from envrunners.env.env_context import EnvContext
 from envrunners.env.registry import check_is_env, resolve_env_creator
+from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 from envrunners.errors import ConfigError, EnvCreatorError, SpaceError
-from envrunners.sampling.vector_env import FastSyncVectorEnv
 
 logger = logging.getLogger("envrunners")
 

@@ -280,7 +280,7 @@ class RolloutWorker(ParallelIteratorWorker, EnvRunner):
             from envrunners.env.vector.sync_vector_multi_agent_env import SyncVectorMultiAgentEnv
 
             return SyncVectorMultiAgentEnv(fns, copy=False)
-        from envrunners.sampling.vector_env import FastSyncVectorEnv
+        from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 
         return FastSyncVectorEnv(
             fns, restart_failed=bool(self.config.restart_failed_sub_environments), copy=False

@@ -22,63 +22,29 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
+import numpy as np
+
+from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import MultiAgentEnvError
+from envrunners.sampling._agent_batching import action_rows, rows, stack
 from envrunners.sampling._multi_agent_extras import SEQ_KEY, ExtrasTape, flush_agent_rows
-from envrunners.sampling._multi_agent_parts import (
-    CheckedMappingFn,
-    EpisodeTotals,
-    MultiAgentEpisodeStats,
-    action_rows,
-    prune_zero_len_agents,
-    rows,
-    stack,
-)
+from envrunners.sampling.sample_result import MultiAgentEpisodeStats, SampleResult
 from envrunners.utils.gc_pause import paused_gc
 
-__all__ = [
-    "STEP_FAILED",
-    "CheckedMappingFn",
-    "MultiAgentEpisodeStats",
-    "MultiAgentSampleResult",
-    "MultiAgentSampler",
-]
+__all__ = ["ActFn", "MultiAgentSampleResult", "MultiAgentSampler"]
 
-#: Returned by a ``step_fn`` when the whole vector env failed and was recreated.
-STEP_FAILED = "env_step_failure"
 _ALL = "__all__"
 _NO_FLAGS: dict = {}
 
 #: ``act_fn(module_id, obs_batch, explore, t) -> {"actions": ..., extra outputs...}``
 ActFn = Callable[[str, Any, bool, int], dict[str, Any]]
 
-
-@dataclass
-class MultiAgentSampleResult:
-    """What one ``run()`` produced."""
-
-    done: list[MultiAgentEpisode] = field(default_factory=list)
-    ongoing: list[MultiAgentEpisode] = field(default_factory=list)
-    done_env_index: list[int] = field(default_factory=list)
-    ongoing_env_index: list[int] = field(default_factory=list)
-    env_steps: int = 0
-    agent_steps: int = 0
-    #: ``{(agent_id, module_id): observations received}`` (reset observations excluded).
-    agent_counts: dict[tuple[Any, Any], int] = field(default_factory=dict)
-    episode_stats: list[MultiAgentEpisodeStats] = field(default_factory=list)
-    num_env_failures: int = 0
-    #: Sub-envs the vector env recreated on its own (``restart_failed``).
-    num_sub_env_failures: int = 0
-    num_dropped_episodes: int = 0
-
-    @property
-    def episodes(self) -> list[MultiAgentEpisode]:
-        """Finished episodes first, then ongoing chunks in sub-env order (RLlib's order)."""
-        return self.done + self.ongoing
+#: What ``run()`` returns.
+MultiAgentSampleResult = SampleResult[MultiAgentEpisode, MultiAgentEpisodeStats]
 
 
 class MultiAgentSampler:
@@ -88,7 +54,8 @@ class MultiAgentSampler:
         num_envs: Sub-envs in the vector env.
         new_episode: ``new_episode(env_index) -> MultiAgentEpisode`` (fires the callback).
         reset_fn: ``reset_fn() -> (obs list, infos list)`` of the vector env.
-        step_fn: ``step_fn(actions list)`` -> the 5 lists, or ``STEP_FAILED``.
+        step_fn: ``step_fn(actions list)`` -> the 5 lists, or ``ENV_STEP_FAILURE`` after
+            it recreated the whole vector env.
         observation_spaces: Per-agent observation spaces (unknown agents are an error).
         action_spaces: Per-agent action spaces (for random actions).
         obs_fns: Per module, an env-to-module transform of the stacked observations.
@@ -134,7 +101,7 @@ class MultiAgentSampler:
         self._modmaps: list[dict] = []
         self._start_times: list[float] = []
         self._to_module: dict[str, tuple[Any, list[tuple[int, Any]]]] = {}
-        self._totals: dict[str, EpisodeTotals] = {}
+        self._totals: dict[str, _EpisodeTotals] = {}
         self._prev_chunks: dict[str, list[MultiAgentEpisode]] = defaultdict(list)
         #: While a run defers extra outputs: per module, its tape (else None) ...
         self._tapes: dict[Any, ExtrasTape] | None = None
@@ -158,7 +125,7 @@ class MultiAgentSampler:
         obs, infos = self.reset_fn()
         if self.obs_fns:
             obs = self._transform_obs(obs)
-        self._ingest(obs, None, None, None, infos, None, None, MultiAgentSampleResult(), None)
+        self._ingest(obs, None, None, None, infos, None, None, SampleResult(), None)
         self.started = True
         return dropped
 
@@ -216,7 +183,7 @@ class MultiAgentSampler:
         """
         if not self.started:
             raise RuntimeError("MultiAgentSampler.run() called before start()")
-        res = MultiAgentSampleResult()
+        res: MultiAgentSampleResult = SampleResult()
         n = self.num_envs
         episode_mode = num_episodes is not None
         target = int(num_episodes if episode_mode else num_timesteps or 0)
@@ -304,7 +271,7 @@ class MultiAgentSampler:
                         for aid, a in actions[i].items():
                             env_actions[i].setdefault(aid, a)
             results = self.step_fn(env_actions)
-            if isinstance(results, str) and results == STEP_FAILED:
+            if results is ENV_STEP_FAILURE:
                 res.num_env_failures += 1
                 res.num_dropped_episodes += self.start()
                 env_ts = agent_ts = 0
@@ -498,13 +465,13 @@ class MultiAgentSampler:
 
     def _finish(self, i: int, episode: MultiAgentEpisode, res: MultiAgentSampleResult) -> None:
         self._flush_tape_rows(i)
-        totals = self._totals.pop(episode.id_, None) or EpisodeTotals()
+        totals = self._totals.pop(episode.id_, None) or _EpisodeTotals()
         totals.add(episode)
         res.episode_stats.append(totals.stats(time.time() - self._start_times[i]))
         prev = self._prev_chunks.pop(episode.id_, [])
         if "on_episode_end" in self.events:
             self.fire("on_episode_end", episode, i, prev_episode_chunks=prev)
-        prune_zero_len_agents(episode)
+        _prune_zero_len_agents(episode)
         res.done.append(episode)
         res.done_env_index.append(i)
 
@@ -516,14 +483,72 @@ class MultiAgentSampler:
             successor = episode.cut(len_lookback_buffer=self.lookback)
             totals = self._totals.get(episode.id_)
             if totals is None:
-                totals = self._totals[episode.id_] = EpisodeTotals()
+                totals = self._totals[episode.id_] = _EpisodeTotals()
             totals.add(episode)
             if keep_prev:
                 self._prev_chunks[episode.id_].append(episode)
-            prune_zero_len_agents(episode)
+            _prune_zero_len_agents(episode)
             res.ongoing.append(episode)
             res.ongoing_env_index.append(i)
             self.episodes[i] = successor
+
+
+class _EpisodeTotals:
+    """Running totals of the chunks of one episode already returned."""
+
+    __slots__ = ("length", "steps", "returns", "modules")
+
+    def __init__(self) -> None:
+        self.length = 0
+        self.steps: dict[Any, int] = {}
+        self.returns: dict[Any, float] = {}
+        self.modules: dict[Any, Any] = {}
+
+    def add(self, episode: MultiAgentEpisode) -> None:
+        """Add one returned chunk's steps and rewards (per agent)."""
+        self.length += len(episode)
+        for aid, sa in episode.agent_episodes.items():
+            n = len(sa)
+            if n:
+                self.steps[aid] = self.steps.get(aid, 0) + n
+                self.returns[aid] = self.returns.get(aid, 0.0) + _chunk_return(sa)
+                self.modules[aid] = sa.module_id
+
+    def stats(self, duration_s: float) -> MultiAgentEpisodeStats:
+        """The whole episode's numbers (its chunks summed), returns per module too."""
+        module_returns: dict[str, float] = {}
+        for aid, ret in self.returns.items():
+            mid = str(self.modules[aid])
+            module_returns[mid] = module_returns.get(mid, 0.0) + ret
+        return MultiAgentEpisodeStats(
+            length=self.length,
+            ret=float(sum(self.returns.values())),
+            duration_s=duration_s,
+            agent_steps={str(a): n for a, n in self.steps.items()},
+            agent_returns={str(a): r for a, r in self.returns.items()},
+            module_returns=module_returns,
+        )
+
+
+def _chunk_return(sa: Any) -> float:
+    """Sum of one agent's rewards in this chunk (lookback excluded)."""
+    buf = sa.rewards
+    if type(buf.data) is list:  # = buf.get() on a list buffer, without the slice machinery
+        return float(sum(buf.data[buf.lookback :]))
+    rewards = buf.get()
+    if isinstance(rewards, np.ndarray):
+        return float(rewards.sum())
+    return float(sum(rewards))
+
+
+def _prune_zero_len_agents(episode: MultiAgentEpisode) -> None:
+    """Drop agents without any step from a returned chunk (RLlib does the same)."""
+    empty = [aid for aid, sa in episode.agent_episodes.items() if len(sa) == 0]
+    for aid in empty:
+        del episode.agent_episodes[aid]
+        mapping = getattr(episode, "_env_t_to_agent_t", None)
+        if mapping is not None:
+            mapping.pop(aid, None)
 
 
 def _pairs(ext: dict) -> tuple[tuple, tuple]:

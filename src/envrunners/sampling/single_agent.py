@@ -15,51 +15,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from envrunners.env._episode_ids import new_episode_id
+from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.sampling.buffers import ColumnBuffer, tree_map
+from envrunners.sampling.sample_result import EpisodeStats, SampleResult
 
-__all__ = ["ActFn", "EpisodeStats", "SampleResult", "SingleAgentSampler", "STEP_FAILED"]
-
-#: Returned by a ``step_fn`` when the whole vector env failed and was recreated.
-STEP_FAILED = "env_step_failure"
+__all__ = ["ActFn", "SingleAgentSampleResult", "SingleAgentSampler"]
 
 #: ``act_fn(obs_batch, explore, t) -> (actions, extra_model_outputs)``
 ActFn = Callable[[Any, bool, int], tuple[np.ndarray, dict[str, np.ndarray]]]
 
-
-@dataclass
-class EpisodeStats:
-    """Whole-episode numbers of one finished episode (all of its chunks together)."""
-
-    length: int
-    ret: float
-    duration_s: float
-
-
-@dataclass
-class SampleResult:
-    """What one ``run()`` produced."""
-
-    done: list[SingleAgentEpisode] = field(default_factory=list)
-    ongoing: list[SingleAgentEpisode] = field(default_factory=list)
-    done_env_index: list[int] = field(default_factory=list)
-    ongoing_env_index: list[int] = field(default_factory=list)
-    env_steps: int = 0
-    episode_stats: list[EpisodeStats] = field(default_factory=list)
-    num_dropped_episodes: int = 0
-    num_env_failures: int = 0
-
-    @property
-    def episodes(self) -> list[SingleAgentEpisode]:
-        """Finished episodes first, then ongoing chunks in sub-env order (RLlib's order)."""
-        return self.done + self.ongoing
+#: What ``run()`` returns.
+SingleAgentSampleResult = SampleResult[SingleAgentEpisode, EpisodeStats]
 
 
 @dataclass
@@ -84,7 +58,8 @@ class SingleAgentSampler:
         env: A vector env whose ``step`` returns ``infos`` as a list of dicts.
         observation_space: The (module-side) single observation space for episodes.
         action_space: The single action space for episodes.
-        step_fn: ``step_fn(actions_for_env)`` -> the 5-tuple, or ``STEP_FAILED``.
+        step_fn: ``step_fn(actions_for_env)`` -> the 5-tuple, or ``ENV_STEP_FAILURE``
+            after it recreated the whole vector env.
         obs_fn: Env-to-module transform of a raw observation batch (e.g. a filter).
         action_fn: Module-to-env transform of an action batch (clip/unsquash).
         reward_fn: Transform of the reward batch before it is stored (clipping).
@@ -199,7 +174,7 @@ class SingleAgentSampler:
         num_episodes: int | None = None,
         random_actions: bool = False,
         t_offset: int = 0,
-    ) -> SampleResult:
+    ) -> SingleAgentSampleResult:
         """Sample ``num_timesteps`` env steps or ``num_episodes`` whole episodes.
 
         Timestep mode returns finished episodes plus the in-progress chunk of every
@@ -214,7 +189,7 @@ class SingleAgentSampler:
         if not self.started:
             raise RuntimeError("SingleAgentSampler.run() called before start()")
         n_envs = self.num_envs
-        result = SampleResult()
+        result: SingleAgentSampleResult = SampleResult()
         episode_mode = num_episodes is not None
         target = int(num_episodes if episode_mode else num_timesteps)
         base = self._prepare_lookback_rows()
@@ -249,10 +224,11 @@ class SingleAgentSampler:
                 actions, extras = act_fn(self._obs.row(row), explore, t_offset + ts)
             env_actions = action_fn(actions)
             results = step_fn(env_actions)
-            if isinstance(results, str):  # STEP_FAILED
-                # The whole vector env was recreated (the step_fn counted the failure):
+            if results is ENV_STEP_FAILURE:
+                # The whole vector env was recreated (the step_fn logged the failure):
                 # every in-progress episode is lost, including those that finished in
                 # this call but were not returned yet.
+                result.num_env_failures += 1
                 result.num_dropped_episodes += n_envs - len(pending)
                 obs, infos = self._reset_after_failure()
                 self.start(obs, infos)
@@ -274,7 +250,7 @@ class SingleAgentSampler:
             if has_errors and env.last_errors:
                 failed = np.flatnonzero(env.failed).tolist()
                 result.num_dropped_episodes += len(set(failed) - set(pending))
-                result.num_env_failures += len(failed)
+                result.num_sub_env_failures += len(failed)
                 new_start = sorted(set(pending) | set(failed))
             row += 1
             self._obs.write(row, obs_fn(raw_obs))
@@ -301,7 +277,7 @@ class SingleAgentSampler:
                 pending = []
         self._pending = np.zeros(n_envs, np.bool_)
         self._pending[pending] = True
-        result.env_steps = ts
+        result.env_steps = result.agent_steps = ts  # one agent per env step
         for key in self._extras_written - prev_written:
             # Not carried by the previous call (e.g. it sampled random actions):
             # its lookback rows hold stale values; zeros stand in, as for a new key.
@@ -371,7 +347,7 @@ class SingleAgentSampler:
 
     def _cut_episodes(
         self,
-        result: SampleResult,
+        result: SingleAgentSampleResult,
         finished: list[tuple[int, int, int, _EpisodeState, float]],
         seg_start: list[int],
         row: int,

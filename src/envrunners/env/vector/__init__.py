@@ -1,13 +1,15 @@
-"""Vectorised multi-agent envs (``ray.rllib.env.vector``): sync, async and ``make_vec``."""
+"""Every vector env of the package: multi-agent sync/async (``ray.rllib.env.vector``),
+``make_vec``, and the single-agent ``FastSyncVectorEnv``."""
 
-from envrunners.env.vector.async_vector_multi_agent_env import AsyncVectorMultiAgentEnv, SubEnvError
+from envrunners.env.vector.async_vector_multi_agent_env import AsyncVectorMultiAgentEnv
+from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 from envrunners.env.vector.registration import make_vec
 from envrunners.env.vector.sync_vector_multi_agent_env import SyncVectorMultiAgentEnv
 from envrunners.env.vector.vector_multi_agent_env import VectorMultiAgentEnv
 
 __all__ = [
     "AsyncVectorMultiAgentEnv",
-    "SubEnvError",
+    "FastSyncVectorEnv",
     "SyncVectorMultiAgentEnv",
     "VectorMultiAgentEnv",
     "make_vec",

@@ -37,29 +37,12 @@ from envrunners.env.vector.vector_multi_agent_env import (
     restart_sub_env,
     single_spaces_of,
 )
-from envrunners.errors import EnvRunnersError
+from envrunners.errors import SubEnvError
 
-__all__ = ["AsyncVectorMultiAgentEnv", "SubEnvError"]
+__all__ = ["AsyncVectorMultiAgentEnv"]
 
 _POLL_S = 0.5  # how often an idle worker checks that its parent is still alive
 logger = logging.getLogger("envrunners")
-
-
-class SubEnvError(EnvRunnersError, RuntimeError):
-    """A sub-env in a worker process raised, died or hung.
-
-    Attributes:
-        sub_env_index: Which sub-env.
-        remote_traceback: The traceback text from the worker process, if any.
-    """
-
-    def __init__(self, message: str, *, sub_env_index: int, remote_traceback: str | None = None):
-        self.sub_env_index = sub_env_index
-        self.remote_traceback = remote_traceback
-        text = f"sub-environment {sub_env_index}: {message}"
-        if remote_traceback:
-            text += "\n\nTraceback in the sub-environment's worker process:\n" + remote_traceback
-        super().__init__(text)
 
 
 def _describe(err: BaseException) -> tuple[str, str]:
@@ -165,12 +148,7 @@ class AsyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         autoreset_mode: str = "next_step",
         restart_failed: bool = False,
     ):
-        mode = str(getattr(autoreset_mode, "value", autoreset_mode)).lower()
-        if mode not in ("next_step", "nextstep"):
-            raise ValueError(
-                f"AsyncVectorMultiAgentEnv only supports autoreset_mode='next_step', got "
-                f"{autoreset_mode!r}."
-            )
+        self._check_autoreset_mode(autoreset_mode)
         self.num_envs = len(env_fns)
         self.timeout_s = timeout_s
         self.restart_failed = restart_failed

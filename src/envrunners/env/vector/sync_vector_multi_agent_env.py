@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from envrunners.env.vector._sub_env_lifecycle import tag_sub_env
 from envrunners.env.vector.vector_multi_agent_env import (
     VectorMultiAgentEnv,
     autoreset_step,
@@ -47,12 +48,7 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         autoreset_mode: str = "next_step",
         restart_failed: bool = False,
     ):
-        mode = str(getattr(autoreset_mode, "value", autoreset_mode)).lower()
-        if mode not in ("next_step", "nextstep"):
-            raise ValueError(
-                f"SyncVectorMultiAgentEnv only supports autoreset_mode='next_step', got "
-                f"{autoreset_mode!r}."
-            )
+        self._check_autoreset_mode(autoreset_mode)
         self.env_fns = list(env_fns)
         self.copy = copy
         self.envs = [fn() for fn in self.env_fns]
@@ -95,7 +91,7 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
                 )
             except Exception as err:
                 if not self.restart_failed:
-                    _tag(err, i)  # lets the runner name the failing sub-env
+                    tag_sub_env(err, i)  # lets the runner name the failing sub-env
                     raise
                 self.envs[i], (obs, rew, term, trunc, info) = restart_sub_env(
                     self.env_fns[i], env, i, err
@@ -149,13 +145,6 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
         """Close every sub-env."""
         for env in self.envs:
             env.close()
-
-
-def _tag(err: Exception, index: int) -> None:
-    try:
-        err.sub_env_index = index  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - exceptions without a __dict__
-        pass
 
 
 def _copy_observations(obs: Any) -> Any:

@@ -10,22 +10,19 @@ is ignored and its reset observation is returned with zero rewards.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
-from envrunners.env.env_errors import StepFailedRecreateEnvError
+from envrunners.env.vector._sub_env_lifecycle import recreate_sub_env, sub_env_seeds
 from envrunners.errors import MultiAgentEnvError
 
 __all__ = ["ALL", "VectorMultiAgentEnv", "restart_sub_env", "single_spaces_of"]
 
 ALL = "__all__"
+#: Attempts to rebuild a failed multi-agent sub-env before giving up.
 MAX_RESTART_ATTEMPTS = 5
-logger = logging.getLogger("envrunners")
 
 
 def _unwrapped(env: Any) -> Any:
@@ -123,17 +120,16 @@ class VectorMultiAgentEnv:
         return self
 
     def _seeds(self, seed: int | list[int | None] | None) -> list[int | None]:
-        if seed is None:
-            return [None] * self.num_envs
-        if isinstance(seed, int | np.integer):
-            return [int(seed) + i for i in range(self.num_envs)]
-        seeds = list(seed)
-        if len(seeds) != self.num_envs:
+        return sub_env_seeds(seed, self.num_envs)
+
+    def _check_autoreset_mode(self, autoreset_mode: Any) -> None:
+        """Raise ``ValueError`` unless ``autoreset_mode`` is ``next_step`` (all we support)."""
+        mode = str(getattr(autoreset_mode, "value", autoreset_mode)).lower()
+        if mode not in ("next_step", "nextstep"):
             raise ValueError(
-                f"reset(seed=...) got {len(seeds)} seeds for {self.num_envs} sub-envs; pass an "
-                "int (sub-env i gets seed + i) or one seed per sub-env."
+                f"{type(self).__name__} only supports autoreset_mode='next_step', got "
+                f"{autoreset_mode!r}."
             )
-        return seeds
 
     def __del__(self) -> None:
         try:
@@ -176,7 +172,7 @@ def autoreset_step(env: Any, possible_agents: list, actions: dict, needs_reset: 
 def restart_sub_env(
     env_fn: Callable[[], Any], old_env: Any, index: int, error: BaseException, *, log: bool = True
 ) -> tuple[Any, tuple]:
-    """Replace a sub-env whose ``step`` raised: close it, build a new one, reset it.
+    """Replace a sub-env whose ``step`` raised (``recreate_sub_env``), as a step result.
 
     Returns the new env and a step result holding its reset observation (no
     rewards, no flags), so the caller can report it like an autoreset.
@@ -184,28 +180,7 @@ def restart_sub_env(
     Raises:
         RuntimeError: The env could not be rebuilt and reset in a few attempts.
     """
-    if log and not isinstance(error, StepFailedRecreateEnvError):
-        logger.error(
-            "Sub-environment %d raised %r in step(); recreating it (its partial episode is "
-            "dropped).",
-            index,
-            error,
-            exc_info=error,
-        )
-    last: BaseException = error
-    for attempt in range(MAX_RESTART_ATTEMPTS):
-        try:
-            old_env.close()
-        except Exception:  # noqa: BLE001 - a broken env may fail to close; it is replaced
-            pass
-        try:
-            old_env = env_fn()
-            obs, infos = old_env.reset()
-            return old_env, (obs, {}, {ALL: False}, {ALL: False}, infos)
-        except Exception as err:  # noqa: BLE001 - any env error counts as a failure
-            last = err
-            time.sleep(min(0.01 * 2**attempt, 1.0))
-    raise RuntimeError(
-        f"Sub-environment {index} could not be recreated after {MAX_RESTART_ATTEMPTS} "
-        f"attempts; last error: {last!r}"
-    ) from last
+    env, (obs, infos) = recreate_sub_env(
+        env_fn, old_env, index, error, attempts=MAX_RESTART_ATTEMPTS, log=log
+    )
+    return env, (obs, {}, {ALL: False}, {ALL: False}, infos)

@@ -1,4 +1,4 @@
-"""A lean synchronous vector env with per-sub-env fault recovery.
+"""``FastSyncVectorEnv``: a lean synchronous single-agent vector env with per-sub-env recovery.
 
 Gymnasium's ``SyncVectorEnv`` merges per-env info dicts into arrays and
 concatenates observations every step; the sampler wants neither. This vector env
@@ -15,7 +15,6 @@ drops its partial episode while sibling sub-envs go on.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,15 +22,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from envrunners.env.env_errors import StepFailedRecreateEnvError
+from envrunners.env.vector._sub_env_lifecycle import (
+    MAX_SUB_ENV_RESTART_ATTEMPTS,
+    recreate_sub_env,
+    sub_env_seeds,
+    tag_sub_env,
+)
 
 __all__ = ["FastSyncVectorEnv", "MAX_SUB_ENV_RESTART_ATTEMPTS"]
 
 logger = logging.getLogger("envrunners")
-
-#: A sub-env that keeps failing right after being recreated is given up on after
-#: this many attempts (RLlib retries forever); the last error is raised.
-MAX_SUB_ENV_RESTART_ATTEMPTS = 10
 
 
 def _is_flat_array_space(space: gym.Space) -> bool:
@@ -97,61 +97,25 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
             self._check_env(env)
         return env
 
-    def _recreate(self, index: int, error: BaseException, phase: str) -> tuple[Any, dict]:
-        """Close, rebuild and reset sub-env ``index``; returns its reset (obs, info)."""
+    def _fail(self, index: int, error: BaseException, phase: str) -> tuple[Any, dict]:
+        """Recreate and reset sub-env ``index`` (``restart_failed``), else re-raise ``error``."""
+        if not self.restart_failed:
+            tag_sub_env(error, index)
+            raise error
         self.failed[index] = True
         self.num_failures += 1
         self.last_errors.append((index, error))
-        if not isinstance(error, StepFailedRecreateEnvError):
-            logger.error(
-                "Sub-environment %d raised %r in %s(); recreating it (its partial episode is "
-                "dropped).",
-                index,
-                error,
-                phase,
-                exc_info=error,
-            )
-        last = error
-        for attempt in range(MAX_SUB_ENV_RESTART_ATTEMPTS):
-            try:
-                self.envs[index].close()
-            except Exception:  # a broken env may fail to close; it is replaced anyway
-                pass
-            try:
-                self.envs[index] = self._build(index)
-                return self.envs[index].reset()
-            except Exception as err:  # noqa: BLE001 - any env error counts as a failure
-                last = err
-                time.sleep(min(0.01 * 2**attempt, 1.0))
-        raise RuntimeError(
-            f"Sub-environment {index} could not be recreated after "
-            f"{MAX_SUB_ENV_RESTART_ATTEMPTS} attempts; last error: {last!r}"
-        ) from last
-
-    def _fail(self, index: int, error: BaseException, phase: str) -> tuple[Any, dict]:
-        if not self.restart_failed:
-            try:
-                error.sub_env_index = index  # type: ignore[attr-defined]
-            except Exception:
-                pass
-            raise error
-        return self._recreate(index, error, phase)
+        self.envs[index], reset = recreate_sub_env(
+            lambda: self._build(index), self.envs[index], index, error, phase=phase
+        )
+        return reset
 
     # -- gymnasium VectorEnv API ---------------------------------------------------
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None
     ) -> tuple[Any, list[dict]]:
         """Reset every sub-env; an int seed gives sub-env ``i`` the seed ``seed + i``."""
-        if seed is None:
-            seeds: list[int | None] = [None] * self.num_envs
-        elif isinstance(seed, int | np.integer):
-            seeds = [int(seed) + i for i in range(self.num_envs)]
-        else:
-            seeds = list(seed)
-            if len(seeds) != self.num_envs:
-                raise ValueError(
-                    f"reset(seed=...) got {len(seeds)} seeds for {self.num_envs} sub-envs"
-                )
+        seeds = sub_env_seeds(seed, self.num_envs)
         self.failed[:] = False
         self.last_errors = []
         infos: list[dict] = []
