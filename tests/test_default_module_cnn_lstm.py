@@ -153,3 +153,116 @@ def test_cnn_with_box_actions_and_separate_value_encoder():
     assert isinstance(module.vf_encoder, type(module.encoder))
     out = module.compute_actions_numpy(np.zeros((2, 10, 10, 1), np.uint8), explore=True)
     assert out[Columns.ACTIONS].shape == (2, 2) and out[Columns.ACTIONS].dtype == np.float32
+
+
+# ---------------------------------------------------------------------------- LSTM
+BOX3 = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+
+def _lstm_module(obs=BOX3, act=None, inference_only=False, **model_config):
+    torch.manual_seed(0)
+    config = {"fcnet_hiddens": [8], "use_lstm": True, "lstm_cell_size": 5, **model_config}
+    return DefaultTorchRLModule(
+        observation_space=obs,
+        action_space=act or gym.spaces.Discrete(2),
+        inference_only=inference_only,
+        model_config=config,
+    )
+
+
+def _batched(state, rows):
+    return {
+        k: _batched(v, rows) if isinstance(v, dict) else v.expand(rows, *v.shape)
+        for k, v in state.items()
+    }
+
+
+def test_lstm_initial_state_and_output_shapes_match_rllib():
+    module = _lstm_module()
+    assert module.is_stateful()
+    state = module.get_initial_state()
+    assert set(state) == {"h", "c"} and all(v.shape == (1, 5) for v in state.values())
+    assert all(torch.all(v == 0) for v in state.values())
+    batch = {Columns.OBS: torch.rand(2, 3, 3), Columns.STATE_IN: _batched(state, 2)}
+    with torch.no_grad():
+        out = module.forward_exploration(batch)
+        train = module.forward_train(batch)
+    assert out[Columns.ACTION_DIST_INPUTS].shape == (2, 3, 2)
+    assert {k: v.shape for k, v in out[Columns.STATE_OUT].items()} == {
+        "h": (2, 1, 5),
+        "c": (2, 1, 5),
+    }
+    assert train[Columns.VF_PREDS].shape == (2, 3)
+    assert module.compute_values(batch).shape == (2, 3)
+    assert not _lstm_module(use_lstm=False).is_stateful()
+
+
+def test_lstm_state_carries_over_steps():
+    """Two forwards with T=1, carrying STATE_OUT into STATE_IN, equal one with T=2."""
+    module = _lstm_module(vf_share_layers=False)
+    state = _batched(module.get_initial_state(), 4)
+    assert set(state) == {"actor", "critic"}
+    obs = torch.rand(4, 2, 3)
+    with torch.no_grad():
+        whole = module.forward_train({Columns.OBS: obs, Columns.STATE_IN: state})
+        first = module.forward_train({Columns.OBS: obs[:, :1], Columns.STATE_IN: state})
+        second = module.forward_train(
+            {Columns.OBS: obs[:, 1:], Columns.STATE_IN: first[Columns.STATE_OUT]}
+        )
+    for key in (Columns.ACTION_DIST_INPUTS, Columns.VF_PREDS):
+        torch.testing.assert_close(whole[key][:, 1], second[key][:, 0])
+        torch.testing.assert_close(whole[key][:, 0], first[key][:, 0])
+    for part in ("actor", "critic"):
+        for k in ("h", "c"):
+            torch.testing.assert_close(
+                whole[Columns.STATE_OUT][part][k], second[Columns.STATE_OUT][part][k]
+            )
+
+
+def test_lstm_inference_only_copy_keeps_the_critic_state_and_syncs():
+    learner = _lstm_module(vf_share_layers=False)
+    runner = _lstm_module(vf_share_layers=False, inference_only=True)
+    assert not hasattr(runner, "vf") and hasattr(runner, "vf_lstm")
+    runner.set_state(learner.get_state(inference_only=True))
+    state = _batched(learner.get_initial_state(), 2)
+    batch = {Columns.OBS: torch.rand(2, 1, 3), Columns.STATE_IN: state}
+    with torch.no_grad():
+        a, b = learner.forward_exploration(batch), runner.forward_exploration(batch)
+    torch.testing.assert_close(a[Columns.ACTION_DIST_INPUTS], b[Columns.ACTION_DIST_INPUTS])
+    torch.testing.assert_close(a[Columns.STATE_OUT], b[Columns.STATE_OUT])
+
+
+def test_lstm_prev_action_and_reward_inputs():
+    act = gym.spaces.MultiDiscrete([2, 3])
+    module = _lstm_module(act=act, lstm_use_prev_action=True, lstm_use_prev_reward=True)
+    assert module.lstm.input_size == 8 + 5 + 1  # encoder + one-hot(2 + 3) + reward
+    batch = {
+        Columns.OBS: torch.rand(2, 3, 3),
+        Columns.STATE_IN: _batched(module.get_initial_state(), 2),
+        "prev_actions": torch.zeros(2, 3, 2, dtype=torch.int64),
+        "prev_rewards": torch.ones(2, 3),
+    }
+    with torch.no_grad():
+        out = module.forward_exploration(batch)
+        batch["prev_rewards"] = torch.zeros(2, 3)
+        other = module.forward_exploration(batch)
+    assert out[Columns.ACTION_DIST_INPUTS].shape == (2, 3, 5)
+    assert not torch.allclose(out[Columns.ACTION_DIST_INPUTS], other[Columns.ACTION_DIST_INPUTS])
+
+
+def test_lstm_over_cnn_encoder():
+    module = _lstm_module(obs=gym.spaces.Box(0, 255, (10, 10, 1), np.uint8))
+    batch = {
+        Columns.OBS: torch.zeros(2, 3, 10, 10, 1, dtype=torch.uint8),
+        Columns.STATE_IN: _batched(module.get_initial_state(), 2),
+    }
+    with torch.no_grad():
+        out = module.forward_train(batch)
+    assert module.lstm.input_size == 3 * 3 * 32
+    assert out[Columns.ACTION_DIST_INPUTS].shape == (2, 3, 2)
+    assert out[Columns.VF_PREDS].shape == (2, 3)
+
+
+def test_stateful_module_refuses_the_stateless_numpy_path():
+    with pytest.raises(RuntimeError, match=r"stateful \(use_lstm=True\).*_acting\.act"):
+        _lstm_module().compute_actions_numpy(np.zeros((2, 3), np.float32), explore=True)
