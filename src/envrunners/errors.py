@@ -10,7 +10,8 @@ value, what was expected and, where there is one, the fix::
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
     ├── EnvRunnerError(RuntimeError) a remote runner failed or hung (runner_index)
     ├── SpaceError(ValueError)       an observation or action outside its space
-    └── MultiAgentEnvError(ValueError) a multi-agent env broke the step protocol
+    ├── MultiAgentEnvError(ValueError) a multi-agent env broke the step protocol
+    └── ModuleActingError(ValueError) an RLModule's acting inputs or outputs are unusable
 
 The built-in bases keep ``except ValueError`` style code from RLlib working.
 """
@@ -25,6 +26,7 @@ __all__ = [
     "EnvCreatorError",
     "EnvRunnerError",
     "EnvRunnersError",
+    "ModuleActingError",
     "MultiAgentEnvError",
     "OfflineDataError",
     "SpaceError",
@@ -114,3 +116,12 @@ class SpaceError(EnvRunnersError, ValueError):
 
 class MultiAgentEnvError(EnvRunnersError, ValueError):
     """A multi-agent env or episode was used against the multi-agent step protocol."""
+
+
+# core: RLModule acting (issue 14)
+class ModuleActingError(EnvRunnersError, ValueError):
+    """An RLModule cannot act on what it was given, or its outputs name no action.
+
+    Raised when a forward pass returns neither ``Columns.ACTIONS`` nor
+    ``Columns.ACTION_DIST_INPUTS``, or a stateful module is asked to act without state.
+    """

@@ -29,6 +29,7 @@ from torch import nn
 
 from envrunners.core import _nested
 from envrunners.core.columns import Columns
+from envrunners.core.rl_module._acting import act
 from envrunners.core.rl_module._numpy_forward import NumpyForward, mlp_plan, run_plan
 from envrunners.core.rl_module._space_layout import (
     ActionLayout,
@@ -651,50 +652,19 @@ def compute_actions_numpy(
     generator: torch.Generator | None = None,
     **forward_kwargs: Any,
 ) -> dict[str, np.ndarray]:
-    """Act with any RLModule on a numpy batch; the sampler's single entry point.
+    """Act with any stateless RLModule on a numpy batch (the one-dict form of ``_acting.act``).
 
     Modules with their own ``compute_actions_numpy`` (the default module) use it;
-    others run ``forward_exploration`` / ``forward_inference`` on ``{OBS: tensor}``
-    and, unless they returned ``actions`` themselves, sample from their action
-    distribution class (made deterministic when ``explore`` is False).
+    others run ``forward_exploration`` / ``forward_inference`` and, unless they
+    returned ``actions`` themselves, sample from their action distribution class
+    (made deterministic when ``explore`` is False).
 
     Returns:
-        Every tensor the forward pass returned, as numpy, plus ``actions`` and
+        Every output the forward pass returned, as numpy, plus ``actions`` and
         ``action_logp`` (and ``vf_preds`` if ``with_values`` and computable).
     """
-    fast = getattr(module, "compute_actions_numpy", None)
-    if fast is not None:  # forward kwargs such as the timestep ``t`` do not apply to it
-        return fast(obs, explore=explore, with_values=with_values, generator=generator)
-    from envrunners.utils.torch_utils import convert_to_torch_tensor
-
-    with torch.inference_mode():
-        device = next(iter(module.parameters()), torch.empty(0)).device
-        batch = {Columns.OBS: convert_to_torch_tensor(np.asarray(obs), device=device)}
-        if explore:
-            out = dict(module.forward_exploration(batch, **forward_kwargs))
-        else:
-            out = dict(module.forward_inference(batch, **forward_kwargs))
-        if Columns.ACTIONS not in out:
-            if explore:
-                dist_cls = module.get_exploration_action_dist_cls()
-            else:
-                dist_cls = module.get_inference_action_dist_cls()
-            dist = dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
-            if not explore:
-                dist = dist.to_deterministic()
-            out[Columns.ACTIONS] = dist.sample(generator=generator)
-            if Columns.ACTION_LOGP not in out:
-                out[Columns.ACTION_LOGP] = dist.logp(out[Columns.ACTIONS])
-        if with_values and Columns.VF_PREDS not in out and hasattr(module, "compute_values"):
-            out[Columns.VF_PREDS] = module.compute_values(batch)
-        result = {
-            k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v)
-            for k, v in out.items()
-        }
-    space = getattr(module, "action_space", None)
-    dtype = getattr(space, "dtype", None)
-    if dtype is not None:
-        result[Columns.ACTIONS] = np.asarray(result[Columns.ACTIONS]).astype(dtype, copy=False)
-    if Columns.ACTION_LOGP in result:
-        result[Columns.ACTION_LOGP] = np.asarray(result[Columns.ACTION_LOGP], dtype=np.float32)
-    return result
+    actions, out, _ = act(
+        module, obs, explore, with_values=with_values, generator=generator, **forward_kwargs
+    )
+    out[Columns.ACTIONS] = actions
+    return out

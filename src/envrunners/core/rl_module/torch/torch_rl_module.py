@@ -17,22 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
-from envrunners.core import _nested
 from envrunners.core.rl_module.rl_module import RLModule
+from envrunners.utils.torch_utils import convert_to_torch_tensor
 
 __all__ = ["TorchRLModule"]
-
-
-def _to_tensor(value: Any, device: torch.device) -> Any:
-    if isinstance(value, np.ndarray):
-        array = value if value.flags.writeable else value.copy()
-        return torch.from_numpy(array).to(device)
-    if isinstance(value, torch.Tensor) and value.device != device:
-        return value.to(device)
-    return value
 
 
 class TorchRLModule(RLModule):
@@ -48,11 +38,11 @@ class TorchRLModule(RLModule):
         return torch.device("cpu")
 
     def _convert_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """``batch`` with numpy arrays (also nested ones) as tensors on :attr:`device`."""
-        device = self.device
-        return {
-            k: _nested.map_structure(lambda v: _to_tensor(v, device), v) for k, v in batch.items()
-        }
+        """``batch`` with numpy arrays (also nested ones) as tensors on :attr:`device`.
+
+        float64 becomes float32 (``convert_to_torch_tensor``); other dtypes are kept.
+        """
+        return convert_to_torch_tensor(batch, device=self.device)
 
     def forward_inference(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Outputs for greedy acting (``explore=False``); no gradients needed."""
