@@ -663,6 +663,9 @@ def compute_actions_numpy(
         Every output the forward pass returned, as numpy, plus ``actions`` and
         ``action_logp`` (and ``vf_preds`` if ``with_values`` and computable).
     """
+    fast = getattr(module, "compute_actions_numpy", None)
+    if fast is not None:  # forward kwargs such as the timestep ``t`` do not apply to it
+        return fast(obs, explore=explore, with_values=with_values, generator=generator)
     actions, out, _ = act(
         module, obs, explore, with_values=with_values, generator=generator, **forward_kwargs
     )
