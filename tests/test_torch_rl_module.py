@@ -362,3 +362,35 @@ def test_unsupported_leaf_names_space_and_path():
         ConfigError, match=r"action leaf Discrete\(3, start=1\) at \['bad'\] of action space Dict"
     ):
         default_rl_module_spec(BOX4, act_space)
+
+
+def test_partial_multi_distributions_with_different_children_are_different_classes():
+    def make(nvec):
+        child = TorchMultiCategorical.get_partial_dist_cls(input_lens=nvec)
+        return TorchMultiDistribution.get_partial_dist_cls(
+            child_distribution_cls_struct=(child, TorchCategorical), input_lens=[sum(nvec), 2]
+        )
+
+    small, large = make([2, 2]), make([3, 3])
+    assert small is not large and small is make([2, 2])
+    assert pickle.loads(pickle.dumps(large)) is large
+    assert large.from_logits(torch.zeros(1, 8)).sample()[0].shape == (1, 2)
+
+
+def test_default_modules_with_structured_spaces_pickle():
+    for obs, action in [
+        (gym.spaces.Box(0, 255, (10, 10, 1), np.uint8), STRUCTURED_ACTIONS["dict"]),
+        (gym.spaces.Dict({"a": BOX4, "b": gym.spaces.Discrete(2)}), gym.spaces.Discrete(2)),
+    ]:
+        module = default_rl_module_spec(obs, action, {"fcnet_hiddens": [4]}).build()
+        copy = pickle.loads(pickle.dumps(module))
+        obs.seed(0)
+        sample = obs.sample()
+        batch = (
+            {k: np.stack([v]) for k, v in sample.items()}
+            if isinstance(sample, dict)
+            else sample[None]
+        )
+        a = act(module, batch, False)[1][Columns.ACTION_DIST_INPUTS]
+        b = act(copy, batch, False)[1][Columns.ACTION_DIST_INPUTS]
+        np.testing.assert_array_equal(a, b)

@@ -19,7 +19,14 @@ __all__ = ["Distribution"]
 
 
 class _PartialDistMeta(type):
-    """Metaclass of ``get_partial_dist_cls`` classes, so ``copyreg`` can pickle them."""
+    """Metaclass of ``get_partial_dist_cls`` classes, so ``copyreg`` can pickle them.
+
+    Its ``repr`` shows the bound arguments: partial classes nested in another's
+    arguments (a ``TorchMultiDistribution``'s children) then key the class cache apart.
+    """
+
+    def __repr__(cls) -> str:
+        return f"<partial {cls._partial_base.__qualname__} {cls._partial_kwargs!r}>"
 
 
 def _rebuild_partial(base: type[Distribution], kwargs: dict[str, Any]) -> type[Distribution]:
