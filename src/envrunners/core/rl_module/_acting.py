@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 from envrunners.core import _nested
 from envrunners.core.columns import Columns
+from envrunners.core.rl_module._space_layout import cast_to_space
 from envrunners.errors import ModuleActingError
 from envrunners.utils.torch_utils import convert_to_torch_tensor
 
@@ -111,7 +111,7 @@ def act(
                     f"Columns.STATE_OUT ({Columns.STATE_OUT!r}); outputs: {sorted(out)}."
                 )
             state_out = _nested.map_structure(_to_numpy, state_out)
-    actions = _cast_actions(result.pop(Columns.ACTIONS), getattr(module, "action_space", None))
+    actions = cast_to_space(result.pop(Columns.ACTIONS), getattr(module, "action_space", None))
     if Columns.ACTION_LOGP in result:
         result[Columns.ACTION_LOGP] = np.asarray(result[Columns.ACTION_LOGP], dtype=np.float32)
     return actions, result, state_out if stateful else None
@@ -193,16 +193,3 @@ def _to_numpy(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     return value
-
-
-def _cast_actions(actions: Any, space: gym.Space | None) -> Any:
-    """Actions in the action space's dtypes (leaf by leaf for ``Dict`` / ``Tuple``)."""
-    if space is None:
-        return actions
-    if isinstance(space, gym.spaces.Dict):
-        return {k: _cast_actions(actions[k], s) for k, s in space.spaces.items()}
-    if isinstance(space, gym.spaces.Tuple):
-        return tuple(_cast_actions(a, s) for a, s in zip(actions, space.spaces))
-    actions = np.asarray(actions)
-    dtype = getattr(space, "dtype", None)
-    return actions if dtype is None or actions.dtype == dtype else actions.astype(dtype)

@@ -28,7 +28,7 @@ from envrunners.core.distribution.torch.torch_distribution import (
 )
 from envrunners.errors import ConfigError
 
-__all__ = ["ActionLayout", "ObservationLayout", "is_image_space"]
+__all__ = ["ActionLayout", "ObservationLayout", "cast_to_space", "is_image_space"]
 
 _HOW_TO_CUSTOMIZE = (
     "Supported by the default module: observations Box (images: 3-D H x W x C), "
@@ -216,14 +216,15 @@ class ActionLayout:
         encoders = self._prev_action_encoders
         return torch.cat([encode(x) for encode, x in zip(encoders, parts)], dim=-1)
 
-    def cast_actions(self, actions: Any) -> Any:
-        """Numpy actions in the space's dtypes (nested like the space for ``"multi"``)."""
-        if self.kind != "multi":
-            return _cast(actions, self.space)
-        return _nested.map_structure(_cast, actions, space_structure(self.space))
 
-
-def _cast(actions: np.ndarray, space: gym.Space) -> np.ndarray:
-    dtype = space.dtype
+def cast_to_space(actions: Any, space: gym.Space | None) -> Any:
+    """Numpy actions in the space's dtypes (leaf by leaf for ``Dict`` / ``Tuple`` spaces)."""
+    if space is None:
+        return actions
+    if isinstance(space, gym.spaces.Dict):
+        return {k: cast_to_space(actions[k], s) for k, s in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(cast_to_space(a, s) for a, s in zip(actions, space.spaces))
     actions = np.asarray(actions)
+    dtype = getattr(space, "dtype", None)
     return actions if dtype is None or actions.dtype == dtype else actions.astype(dtype)

@@ -34,6 +34,7 @@ from envrunners.core.rl_module._numpy_forward import NumpyForward, mlp_plan, run
 from envrunners.core.rl_module._space_layout import (
     ActionLayout,
     ObservationLayout,
+    cast_to_space,
     is_image_space,
 )
 from envrunners.core.rl_module._torch_encoders import (
@@ -468,7 +469,7 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
                 hv = h if fast["vf_encoder"] is None else fast["vf_encoder"](x)
                 out[Columns.VF_PREDS] = to_numpy(fast["vf"](hv).reshape(-1))
         if kind == "multi":
-            out[Columns.ACTIONS] = self._act_layout.cast_actions(out[Columns.ACTIONS])
+            out[Columns.ACTIONS] = cast_to_space(out[Columns.ACTIONS], self.action_space)
             return out
         return _with_action_dtype(out, fast)
 
