@@ -301,8 +301,8 @@ def test_model_config_options():
     assert [layer.out_features for layer in default.encoder.layers] == [256, 256]
     with pytest.raises(ConfigError, match="fcnet_activation"):
         _module(model_config={"fcnet_activation": "gelu"})
-    with pytest.raises(ConfigError, match="use_lstm"):
-        _module(model_config={"use_lstm": True})
+    # use_lstm was refused before issue 14; it now wraps the encoder in an LSTM.
+    assert _module(model_config={**SMALL, "use_lstm": True, "lstm_cell_size": 8}).is_stateful()
 
 
 # ---------------------------------------------------------------------------- state
@@ -407,8 +407,9 @@ def test_spec_build_update_and_serialization():
 @pytest.mark.parametrize(
     ("obs_space", "act_space", "match"),
     [
-        (gym.spaces.Dict({"a": BOX4}), gym.spaces.Discrete(2), r"cannot read observation space Dict"),
-        (BOX4, gym.spaces.Tuple([gym.spaces.Discrete(2)]), r"cannot act in action space Tuple"),
+        # Dict/Tuple spaces are read since issue 14; their unsupported leaves are named.
+        (gym.spaces.Dict({"a": BOX4, "t": gym.spaces.Text(5)}), gym.spaces.Discrete(2), r"cannot read the observation leaf Text\(.*\) at \['t'\] of observation space Dict"),
+        (BOX4, gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (2, 2))]), r"cannot act in the action leaf Box\(.*\) at \[1\] of action space Tuple"),
         (BOX4, gym.spaces.Discrete(3, start=1), r"cannot act in action space Discrete\(3, start=1\)"),
         (BOX4, gym.spaces.Box(-1, 1, (2, 2)), r"Box must be 1-D"),
     ],

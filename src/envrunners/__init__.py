@@ -46,6 +46,8 @@ _EXPORTS: dict[str, str] = {
     "MultiRLModule": "envrunners.core.rl_module.multi_rl_module",
     "MultiRLModuleSpec": "envrunners.core.rl_module.multi_rl_module",
     "DefaultTorchRLModule": "envrunners.core.rl_module.default_torch_rl_module",
+    "DefaultModelConfig": "envrunners.core.rl_module.default_model_config",
+    "TorchRLModule": "envrunners.core.rl_module.torch.torch_rl_module",
     # runners
     "EnvRunner": "envrunners.env.env_runner",
     "SingleAgentEnvRunner": "envrunners.env.single_agent_env_runner",

@@ -22,7 +22,8 @@ value, what was expected and, where there is one, the fix::
     ├── BatchArgumentError(ValueError, AssertionError) a bad argument to a batch method
     ├── BatchTypeError(TypeError, AssertionError) a non-batch value where a batch belongs
     ├── ColumnKeyError(KeyError)     a batch column that is missing or forbidden
-    └── SubEnvError(RuntimeError)    a sub-env in a worker process raised, died or hung
+    ├── SubEnvError(RuntimeError)    a sub-env in a worker process raised, died or hung
+    └── ModuleActingError(ValueError) an RLModule's acting inputs or outputs are unusable
 
     StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
                                      silent recreate (``ray.rllib.env.env_errors``)
@@ -47,6 +48,7 @@ __all__ = [
     "EnvRunnerError",
     "EnvRunnersError",
     "FrozenConfigError",
+    "ModuleActingError",
     "MultiAgentEnvError",
     "OfflineDataError",
     "OfflineInputNotFoundError",
@@ -242,4 +244,15 @@ class StepFailedRecreateEnvError(Exception):
     (sub-)environment, drops its partial episode and goes on, without logging a
     traceback (any other exception is logged once). Not an ``EnvRunnersError``:
     envs raise it, as in RLlib (``ray.rllib.env.env_errors``).
+    """
+
+
+# -- core: RLModule acting (issue 14) --------------------------------------------------------
+
+
+class ModuleActingError(EnvRunnersError, ValueError):
+    """An RLModule cannot act on what it was given, or its outputs name no action.
+
+    Raised when a forward pass returns neither ``Columns.ACTIONS`` nor
+    ``Columns.ACTION_DIST_INPUTS``, or a stateful module is asked to act without state.
     """

@@ -1,4 +1,4 @@
-"""The default MLP module, its spec helper, and the numpy-in/numpy-out acting path.
+"""The default module (MLP / CNN encoder, optional LSTM, policy and value heads) and its acting path.
 
 Runners act once per vector step for all sub-envs, so acting cost is paid
 ``steps / num_envs`` times per sample. ``compute_actions_numpy`` keeps that cost
@@ -10,11 +10,14 @@ references, no module ``__call__`` machinery and numpy's SIMD ``tanh`` on the
 torch buffers (this torch build's CPU ``tanh`` is scalar). Gaussians get their
 log-density from the drawn noise. Randomness always comes from torch's RNG
 (global, or the ``generator`` argument), so ``torch.manual_seed`` reproduces it.
+Stateful (LSTM) modules act through ``forward_exploration`` / ``forward_inference``
+on time-ranked batches instead (see ``envrunners.core.rl_module._acting``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 from typing import Any
@@ -22,136 +25,273 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from envrunners.core import _nested
 from envrunners.core.columns import Columns
-from envrunners.core.distributions import (
-    TorchCategorical,
-    TorchDiagGaussian,
-    TorchMultiCategorical,
+from envrunners.core.rl_module._acting import act
+from envrunners.core.rl_module._numpy_forward import NumpyForward, mlp_plan, run_plan
+from envrunners.core.rl_module._space_layout import (
+    ActionLayout,
+    ObservationLayout,
+    cast_to_space,
+    is_image_space,
 )
-from envrunners.core.rl_module._default_parts import (
-    _MLP,
-    NumpyForward,
-    _check_spaces,
-    _resolve_model_config,
-    _run,
+from envrunners.core.rl_module._torch_encoders import (
+    CNN,
+    MLP,
+    conv_layer_shapes,
+    default_conv_filters,
+    init_layer,
 )
-from envrunners.core.rl_module.rl_module import RLModule, RLModuleSpec, StateDict
+from envrunners.core.rl_module.apis.value_function_api import ValueFunctionAPI
+from envrunners.core.rl_module.default_model_config import resolve_model_config
+from envrunners.core.rl_module.rl_module import (
+    RLModule,
+    RLModuleSpec,
+    StateDict,
+    _model_config_dict,
+)
+from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
 
 __all__ = ["DefaultTorchRLModule", "compute_actions_numpy", "default_rl_module_spec"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _NO_CONTEXT = contextlib.nullcontext()
+#: Batch keys of the previous actions / rewards an LSTM with
+#: ``lstm_use_prev_action`` / ``lstm_use_prev_reward`` reads (RLlib's old-stack names).
+PREV_ACTIONS = "prev_actions"
+PREV_REWARDS = "prev_rewards"
 
 
-class DefaultTorchRLModule(RLModule):
-    """RLlib-style default actor-critic MLP for flat observations.
+class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
+    """RLlib-style default actor-critic module, built from ``DefaultModelConfig``.
 
-    Observations are flattened (Box, MultiBinary) or one-hot encoded (Discrete,
-    MultiDiscrete), go through an ``fcnet_hiddens`` encoder and a linear policy head
-    producing ``ACTION_DIST_INPUTS`` for a categorical, multi-categorical or diagonal
-    Gaussian (mean and log-std). A value head (own encoder unless
-    ``vf_share_layers``) exists unless ``inference_only``.
+    Encoder: a CNN for image observations (3-D ``Box``, ``H x W x C``; uint8 frames
+    are cast inside), else an ``fcnet_hiddens`` MLP over the flattened / one-hot
+    observation (``Dict`` and ``Tuple`` observations are flattened leaf by leaf).
+    With ``use_lstm`` an LSTM follows the encoder and the module is stateful:
+    batches are time-ranked ``(B, T, ...)``, ``Columns.STATE_IN`` holds
+    ``{"h": (B, 1, cell), "c": (B, 1, cell)}`` (nested under ``"actor"`` and
+    ``"critic"`` when ``vf_share_layers`` is False) and outputs carry
+    ``Columns.STATE_OUT`` alike. A linear policy head (after ``head_fcnet_hiddens``)
+    gives ``ACTION_DIST_INPUTS`` for a categorical, multi-categorical, diagonal
+    Gaussian or, for ``Dict``/``Tuple`` actions, a ``TorchMultiDistribution``. A
+    value head (own encoder unless ``vf_share_layers``) exists unless
+    ``inference_only``.
     """
 
     def setup(self) -> None:
-        """Build encoder, policy head and (unless inference-only) the value branch."""
-        _check_spaces(self.observation_space, self.action_space)
-        cfg = _resolve_model_config(self.model_config)
+        """Build encoder (CNN or MLP), optional LSTM, policy head and the value branch.
+
+        Raises:
+            ConfigError: A space the module cannot handle, an image size without
+                default conv filters, or ``conv_filters`` that do not fit the image.
+        """
+        cfg = resolve_model_config(self.model_config)
         self._cfg = cfg
-        obs, act = self.observation_space, self.action_space
-        if isinstance(obs, gym.spaces.Discrete):
-            in_dim = int(obs.n)
-        elif isinstance(obs, gym.spaces.MultiDiscrete):
-            in_dim = int(obs.nvec.sum())
-            offsets = np.concatenate([[0], np.cumsum(obs.nvec.ravel())[:-1]])
-            self._obs_offsets = torch.as_tensor(offsets, dtype=torch.int64)
-        else:
-            in_dim = int(np.prod(obs.shape)) if obs.shape else 1
-        if isinstance(act, gym.spaces.Discrete):
-            self.action_dist_cls = TorchCategorical
-        elif isinstance(act, gym.spaces.MultiDiscrete):
+        self._obs_layout = ObservationLayout(self.observation_space)
+        self._act_layout = ActionLayout(self.action_space)
+        act = self.action_space
+        self.action_dist_cls = self._act_layout.dist_cls
+        if self._act_layout.kind == "multi_categorical":
             self._nvec = [int(n) for n in act.nvec.ravel()]
-            self.action_dist_cls = TorchMultiCategorical.get_partial_dist_cls(input_lens=self._nvec)
-        else:
-            self.action_dist_cls = TorchDiagGaussian
         self._free_log_std = isinstance(act, gym.spaces.Box) and bool(cfg["free_log_std"])
-        dist_dim = self.action_dist_cls.required_input_dim(act)
-        hiddens, heads = list(cfg["fcnet_hiddens"]), list(cfg["head_fcnet_hiddens"])
-        enc_dim = hiddens[-1] if hiddens else in_dim
-        self.encoder = _MLP([in_dim, *hiddens], cfg["fcnet_activation"], activate_last=True)
+        self._stateful = bool(cfg["use_lstm"])
+        self._share = bool(cfg["vf_share_layers"])
+        dist_dim = self._act_layout.dist_dim
+        self.encoder, enc_dim = self._build_encoder()
+        if self._stateful:
+            self.lstm = self._build_lstm(enc_dim)
+            enc_dim = int(cfg["lstm_cell_size"])
+        heads = list(cfg["head_fcnet_hiddens"])
         pi_out = dist_dim // 2 if self._free_log_std else dist_dim
-        self.pi = _MLP([enc_dim, *heads, pi_out], cfg["head_fcnet_activation"], False)
+        self.pi = self._head([enc_dim, *heads, pi_out])
         if self._free_log_std:
             self.log_std = nn.Parameter(torch.zeros(pi_out))
-        self._share = bool(cfg["vf_share_layers"])
+        # A stateful critic with its own layers runs even in an inference-only copy: the
+        # runner records its state for the learner (as RLlib does).
+        if not self._share and (not self.inference_only or self._stateful):
+            self.vf_encoder, vf_dim = self._build_encoder()
+            if self._stateful:
+                self.vf_lstm = self._build_lstm(vf_dim)
         if not self.inference_only:
-            if not self._share:
-                self.vf_encoder = _MLP([in_dim, *hiddens], cfg["fcnet_activation"], True)
-            self.vf = _MLP([enc_dim, *heads, 1], cfg["head_fcnet_activation"], False)
+            self.vf = self._head([enc_dim, *heads, 1])
         self._fast: dict[str, Any] | None = None
+
+    def _build_encoder(self) -> tuple[nn.Module, int]:
+        cfg = self._cfg
+        if self._obs_layout.image:
+            shape = self.observation_space.shape
+            filters = cfg["conv_filters"] or default_conv_filters(shape)
+            cnn = CNN(shape, filters, cfg)
+            return cnn, cnn.out_dim
+        hiddens = list(cfg["fcnet_hiddens"])
+        in_dim = int(self._obs_layout.in_dim)
+        mlp = MLP(
+            [in_dim, *hiddens],
+            cfg["fcnet_activation"],
+            activate_last=True,
+            layernorm=bool(cfg["fcnet_use_layernorm"]),
+            cfg=cfg,
+            init_prefix="fcnet",
+        )
+        return mlp, hiddens[-1] if hiddens else in_dim
+
+    def _build_lstm(self, enc_dim: int) -> nn.LSTM:
+        cfg = self._cfg
+        extra = self._act_layout.one_hot_dim if cfg["lstm_use_prev_action"] else 0
+        extra += 1 if cfg["lstm_use_prev_reward"] else 0
+        lstm = nn.LSTM(enc_dim + extra, int(cfg["lstm_cell_size"]), batch_first=True)
+        init_layer(lstm, cfg, "lstm")
+        return lstm
+
+    def _head(self, sizes: list[int]) -> MLP:
+        cfg = self._cfg
+        return MLP(
+            sizes,
+            cfg["head_fcnet_activation"],
+            activate_last=False,
+            layernorm=bool(cfg["head_fcnet_use_layernorm"]),
+            cfg=cfg,
+            init_prefix="head_fcnet",
+        )
+
+    # ------------------------------------------------------------------ state
+    def get_initial_state(self) -> dict[str, Any]:
+        """``{"h": (1, cell), "c": (1, cell)}`` zeros (RLlib's layout: one LSTM layer).
+
+        Nested under ``"actor"`` and ``"critic"`` when the value branch has its own
+        LSTM (``vf_share_layers=False``); ``{}`` for a stateless module.
+        """
+        if not self._stateful:
+            return {}
+        cell = int(self._cfg["lstm_cell_size"])
+        device = self.device
+
+        def zeros() -> dict[str, torch.Tensor]:
+            return {
+                "h": torch.zeros(1, cell, device=device),
+                "c": torch.zeros(1, cell, device=device),
+            }
+
+        return zeros() if self._share else {"actor": zeros(), "critic": zeros()}
+
+    def is_stateful(self) -> bool:
+        """Whether the module has an LSTM (``use_lstm``)."""
+        return self._stateful
 
     # ------------------------------------------------------------------ torch path
     def _encode_obs(self, obs: Any) -> torch.Tensor:
-        """The float32 ``(B, in_dim)`` network input for a batch of raw observations."""
-        if not isinstance(obs, torch.Tensor):
-            obs = np.asarray(obs)
-            obs = torch.from_numpy(obs if obs.flags.writeable else obs.copy())
-        space = self.observation_space
-        if isinstance(space, gym.spaces.Discrete):
-            return F.one_hot(obs.long().reshape(-1), int(space.n)).float()
-        if isinstance(space, gym.spaces.MultiDiscrete):
-            index = obs.long().reshape(obs.shape[0], -1) + self._obs_offsets.to(obs.device)
-            out = torch.zeros(obs.shape[0], int(space.nvec.sum()), device=obs.device)
-            return out.scatter_(1, index, 1.0)
-        x = obs.reshape(obs.shape[0], -1)
-        return x if x.dtype == torch.float32 else x.float()
+        """The encoder input for a batch of raw observations (``(N, ...)``, nested or not)."""
+        layout = self._obs_layout
+        return layout.encode(layout.to_tensor(obs, self.device))
+
+    def _features(
+        self, batch: dict[str, Any], encoder: nn.Module, lstm: nn.LSTM | None, state: Any
+    ) -> tuple[torch.Tensor, Any]:
+        """Encoder (and LSTM) output for ``batch`` and the LSTM's state out (None if none).
+
+        Stateless: ``(B, F)``. Stateful: ``(B, T, cell)`` from ``(B, T, ...)`` inputs.
+        """
+        obs = batch[Columns.OBS]
+        if lstm is None:
+            return encoder(self._encode_obs(obs)), None
+        leaves = _nested.flatten(obs)
+        rows, steps = int(leaves[0].shape[0]), int(leaves[0].shape[1])
+
+        def merge_time(x: Any) -> Any:
+            return x.reshape(rows * steps, *x.shape[2:])
+
+        h = encoder(self._encode_obs(_nested.map_structure(merge_time, obs)))
+        parts = [h.reshape(rows, steps, -1)]
+        if self._cfg["lstm_use_prev_action"]:
+            prev = self._obs_layout.to_tensor(batch[PREV_ACTIONS], self.device)
+            encoded = self._act_layout.prev_action_encoding(_nested.map_structure(merge_time, prev))
+            parts.append(encoded.reshape(rows, steps, -1))
+        if self._cfg["lstm_use_prev_reward"]:
+            prev = self._obs_layout.to_tensor(batch[PREV_REWARDS], self.device)
+            parts.append(prev.reshape(rows, steps, 1).float())
+        x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+        h0 = state["h"].transpose(0, 1).contiguous()
+        c0 = state["c"].transpose(0, 1).contiguous()
+        out, (hn, cn) = lstm(x, (h0, c0))
+        return out, {"h": hn.transpose(0, 1), "c": cn.transpose(0, 1)}
+
+    def _actor_features(self, batch: dict[str, Any]) -> tuple[torch.Tensor, Any]:
+        state = None
+        if self._stateful:
+            state = batch[Columns.STATE_IN]
+            state = state if self._share else state["actor"]
+        return self._features(batch, self.encoder, getattr(self, "lstm", None), state)
+
+    def _critic_features(self, batch: dict[str, Any]) -> tuple[torch.Tensor, Any]:
+        state = batch[Columns.STATE_IN]["critic"] if self._stateful else None
+        return self._features(batch, self.vf_encoder, getattr(self, "vf_lstm", None), state)
 
     def _dist_inputs(self, pi_out: torch.Tensor) -> torch.Tensor:
+        clip = float(self._cfg["log_std_clip_param"])
         if self._free_log_std:
             return torch.cat([pi_out, self.log_std.expand_as(pi_out)], dim=-1)
         if isinstance(self.action_space, gym.spaces.Box):
             mean, log_std = pi_out.chunk(2, dim=-1)
-            clip = float(self._cfg["log_std_clip_param"])
             return torch.cat([mean, log_std.clamp(-clip, clip)], dim=-1)
+        mask = self._act_layout.log_std_mask
+        if mask is not None:
+            return torch.where(mask.to(pi_out.device), pi_out.clamp(-clip, clip), pi_out)
         return pi_out
 
+    def _state_out(self, batch: dict[str, Any], actor_state: Any) -> Any:
+        """The full ``STATE_OUT``: the actor's, plus the critic's when it has its own LSTM."""
+        if self._share:
+            return actor_state
+        return {"actor": actor_state, "critic": self._critic_features(batch)[1]}
+
     def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        x = self._encode_obs(batch[Columns.OBS])
-        return {Columns.ACTION_DIST_INPUTS: self._dist_inputs(self.pi(self.encoder(x)))}
+        embeddings, state = self._actor_features(batch)
+        out = {Columns.ACTION_DIST_INPUTS: self._dist_inputs(self.pi(embeddings))}
+        if self._stateful:
+            out[Columns.STATE_OUT] = self._state_out(batch, state)
+        return out
 
     def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        x = self._encode_obs(batch[Columns.OBS])
-        embeddings = self.encoder(x)
-        return {
-            Columns.ACTION_DIST_INPUTS: self._dist_inputs(self.pi(embeddings)),
-            Columns.VF_PREDS: self._values(x, embeddings),
-        }
+        self._require_value_head()
+        embeddings, state = self._actor_features(batch)
+        out = {Columns.ACTION_DIST_INPUTS: self._dist_inputs(self.pi(embeddings))}
+        if self._share:
+            out[Columns.VF_PREDS] = self.vf(embeddings).squeeze(-1)
+            if self._stateful:
+                out[Columns.STATE_OUT] = state
+        else:
+            critic, critic_state = self._critic_features(batch)
+            out[Columns.VF_PREDS] = self.vf(critic).squeeze(-1)
+            if self._stateful:
+                out[Columns.STATE_OUT] = {"actor": state, "critic": critic_state}
+        return out
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
-        """Value estimates ``(B,)`` for ``batch[Columns.OBS]`` (learners, GAE bootstrap).
+        """Value estimates ``(B,)`` (``(B, T)`` when stateful) for ``batch``.
 
         Raises:
             RuntimeError: The module was built ``inference_only`` (no value head).
         """
-        return self._values(self._encode_obs(batch[Columns.OBS]), embeddings)
+        self._require_value_head()
+        if self._share:
+            h = self._actor_features(batch)[0] if embeddings is None else embeddings
+        else:
+            h = self._critic_features(batch)[0]
+        return self.vf(h).squeeze(-1)
 
-    def _values(self, x: torch.Tensor, embeddings: torch.Tensor | None) -> torch.Tensor:
+    def _require_value_head(self) -> None:
         if self.inference_only:
             raise RuntimeError(
                 "This DefaultTorchRLModule was built inference_only=True and has no value "
                 "head; build it with inference_only=False to compute values."
             )
-        if self._share:
-            h = self.encoder(x) if embeddings is None else embeddings
-        else:
-            h = self.vf_encoder(x)
-        return self.vf(h).squeeze(-1)
 
     def _inference_only_get_state_hook(self, state: StateDict) -> StateDict:
-        return {k: v for k, v in state.items() if not k.startswith(("vf.", "vf_encoder."))}
+        dropped = ("vf.",) if self._stateful else ("vf.", "vf_encoder.")
+        return {k: v for k, v in state.items() if not k.startswith(dropped)}
 
     # ------------------------------------------------------------------ fast path
     def _apply(self, *args: Any, **kwargs: Any) -> Any:
@@ -177,36 +317,46 @@ class DefaultTorchRLModule(RLModule):
         self._fast = None
         return super().load_state_dict(*args, **kwargs)
 
+    def _stack_runner(self, stack: nn.Module | None, cpu: bool) -> Any:
+        """A callable running ``stack`` for the acting path (cached MLP references if it can)."""
+        if stack is None:
+            return None
+        if isinstance(stack, MLP) and stack.norms is None:
+            return functools.partial(run_plan, mlp_plan(stack, numpy_tanh=cpu))
+        return stack
+
     def _fast_plan(self) -> dict[str, Any]:
         """Collect parameter references and per-space decisions once, not per call."""
-        device = next(self.parameters()).device
+        if self._stateful:
+            raise RuntimeError(
+                "compute_actions_numpy acts without recurrent state; this module is stateful "
+                "(use_lstm=True): act with envrunners.core.rl_module._acting.act(module, obs, "
+                "explore, state) instead."
+            )
+        device = self.device
         cpu = device.type == "cpu"
         space = self.action_space
-        if isinstance(space, gym.spaces.Box):
-            kind = "gaussian"
-        elif isinstance(space, gym.spaces.MultiDiscrete):
-            kind = "multi_categorical"
-        else:
-            kind = "categorical"
-        box_obs = cpu and isinstance(
-            self.observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)
+        kind = self._act_layout.kind
+        box_obs = (
+            cpu
+            and isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.MultiBinary))
+            and not self._obs_layout.image
         )
+        has_vf_encoder = not self.inference_only and not self._share
         fast: dict[str, Any] = {
             "device": device,
             "cpu": cpu,
-            "encoder": self.encoder.plan(numpy_tanh=cpu),
-            "pi": self.pi.plan(numpy_tanh=cpu),
+            "encoder": self._stack_runner(self.encoder, cpu),
+            "pi": self._stack_runner(self.pi, cpu),
             "box_obs": box_obs,
             "kind": kind,
             "to_numpy": torch.Tensor.numpy if cpu else _cpu_numpy,
-            "action_dtype": np.dtype(space.dtype),
-            "action_shape": tuple(space.shape),
-            "vf": None if self.inference_only else self.vf.plan(numpy_tanh=cpu),
-            "vf_encoder": None
-            if self.inference_only or self._share
-            else self.vf_encoder.plan(numpy_tanh=cpu),
+            "action_dtype": None if kind == "multi" else np.dtype(space.dtype),
+            "action_shape": tuple(space.shape or ()),
+            "vf": None if self.inference_only else self._stack_runner(self.vf, cpu),
+            "vf_encoder": self._stack_runner(self.vf_encoder, cpu) if has_vf_encoder else None,
             # Flat float input on CPU: the layers run on numpy (see NumpyForward).
-            "numpy": NumpyForward.build(self) if box_obs else None,
+            "numpy": NumpyForward.build(self) if box_obs and kind != "multi" else None,
         }
         if kind == "gaussian":
             k = int(space.shape[0])
@@ -224,19 +374,24 @@ class DefaultTorchRLModule(RLModule):
         with_values: bool = False,
         generator: torch.Generator | None = None,
     ) -> dict[str, np.ndarray]:
-        """Act for a batch of observations: numpy in, numpy out, no autograd.
+        """Act for a batch of observations: numpy in, numpy out, no autograd (stateless only).
 
         Args:
-            obs: ``(B, *obs_shape)`` observations (the vector env's batch).
+            obs: ``(B, *obs_shape)`` observations (the vector env's batch; nested
+                dicts / tuples of such arrays for ``Dict`` / ``Tuple`` spaces).
             explore: Sample (Gumbel-max / Gaussian noise) if True, else act greedily
                 (argmax / mean) with ``action_logp`` 0.
             with_values: Also return ``vf_preds`` (needs a non-inference-only module).
             generator: torch RNG to draw from; default torch's global RNG.
 
         Returns:
-            ``actions`` (B, ...) in the action space's dtype, ``action_logp`` (B,)
-            float32, ``action_dist_inputs`` (B, D) float32 and, if asked, ``vf_preds``
-            (B,) float32. The arrays are fresh (not reused by later calls).
+            ``actions`` (B, ...) in the action space's dtype (nested like a ``Dict`` /
+            ``Tuple`` action space), ``action_logp`` (B,) float32,
+            ``action_dist_inputs`` (B, D) float32 and, if asked, ``vf_preds`` (B,)
+            float32. The arrays are fresh (not reused by later calls).
+
+        Raises:
+            RuntimeError: The module is stateful (act with ``_acting.act`` and a state).
         """
         fast = self._fast or self._fast_plan()
         numpy_forward = fast["numpy"]
@@ -254,7 +409,7 @@ class DefaultTorchRLModule(RLModule):
         values = None
         if numpy_forward is not None:
             if with_values and numpy_forward.vf is None:
-                self._values(None, None)  # raises the inference-only error
+                self._require_value_head()
             pi_np, values = numpy_forward(
                 obs if obs.ndim == 2 else obs.reshape(obs.shape[0], -1), with_values
             )
@@ -271,9 +426,9 @@ class DefaultTorchRLModule(RLModule):
                     if x.dim() != 2:
                         x = x.reshape(x.shape[0], -1)
                 else:
-                    x = self._encode_obs(torch.from_numpy(np.array(obs)).to(fast["device"]))
-                h = _run(fast["encoder"], x)
-                pi_out = _run(fast["pi"], h)
+                    x = self._encode_obs(obs)
+                h = fast["encoder"](x)
+                pi_out = fast["pi"](h)
             if kind == "categorical":
                 if fast["cpu"] and explore:  # numpy results (see the function)
                     actions, logp = _sample_categorical_cpu(pi_out, generator)
@@ -282,7 +437,7 @@ class DefaultTorchRLModule(RLModule):
                 inputs = pi_out
             elif kind == "gaussian":
                 actions, logp, inputs = self._sample_gaussian(pi_out, explore, generator)
-            else:
+            elif kind == "multi_categorical":
                 parts = [
                     _sample_categorical(p, explore, generator) for p in pi_out.split(self._nvec, -1)
                 ]
@@ -290,9 +445,18 @@ class DefaultTorchRLModule(RLModule):
                 actions = actions.reshape((actions.shape[0], *fast["action_shape"]))
                 logp = None if not explore else sum(lp for _, lp in parts)
                 inputs = pi_out
+            else:  # Dict / Tuple actions: one TorchMultiDistribution
+                inputs = self._dist_inputs(pi_out)
+                dist = self.action_dist_cls.from_logits(inputs)
+                if not explore:
+                    dist = dist.to_deterministic()
+                actions = dist.sample(generator=generator)
+                logp = dist.logp(actions) if explore else None
+                actions = _nested.map_structure(to_numpy, actions)
+            rows = int(pi_out.shape[0])
             out = {
-                Columns.ACTIONS: _as_numpy(actions, to_numpy),
-                Columns.ACTION_LOGP: np.zeros(len(obs), np.float32)
+                Columns.ACTIONS: actions if kind == "multi" else _as_numpy(actions, to_numpy),
+                Columns.ACTION_LOGP: np.zeros(rows, np.float32)
                 if logp is None
                 else _as_numpy(logp, to_numpy),
                 Columns.ACTION_DIST_INPUTS: to_numpy(inputs),
@@ -301,9 +465,12 @@ class DefaultTorchRLModule(RLModule):
                 out[Columns.VF_PREDS] = values
             elif with_values:
                 if fast["vf"] is None:
-                    self._values(x, h)  # raises the inference-only error
-                hv = h if fast["vf_encoder"] is None else _run(fast["vf_encoder"], x)
-                out[Columns.VF_PREDS] = to_numpy(_run(fast["vf"], hv).reshape(-1))
+                    self._require_value_head()
+                hv = h if fast["vf_encoder"] is None else fast["vf_encoder"](x)
+                out[Columns.VF_PREDS] = to_numpy(fast["vf"](hv).reshape(-1))
+        if kind == "multi":
+            out[Columns.ACTIONS] = cast_to_space(out[Columns.ACTIONS], self.action_space)
+            return out
         return _with_action_dtype(out, fast)
 
     def _sample_gaussian(
@@ -459,9 +626,15 @@ def default_rl_module_spec(
 
     Raises:
         ConfigError: A space the default module cannot handle (the message names it,
-            what is supported and how to plug in a custom module).
+            the leaf's path, what is supported and how to plug in a custom module), or
+            an image size with no default ``conv_filters`` / filters that do not fit.
     """
-    _check_spaces(observation_space, action_space)
+    ObservationLayout(observation_space)
+    ActionLayout(action_space)
+    if is_image_space(observation_space):
+        filters = resolve_model_config(_model_config_dict(model_config))["conv_filters"]
+        shape = observation_space.shape
+        conv_layer_shapes(shape, filters or default_conv_filters(shape))
     return RLModuleSpec(
         module_class=DefaultTorchRLModule,
         observation_space=observation_space,
@@ -480,50 +653,22 @@ def compute_actions_numpy(
     generator: torch.Generator | None = None,
     **forward_kwargs: Any,
 ) -> dict[str, np.ndarray]:
-    """Act with any RLModule on a numpy batch; the sampler's single entry point.
+    """Act with any stateless RLModule on a numpy batch (the one-dict form of ``_acting.act``).
 
     Modules with their own ``compute_actions_numpy`` (the default module) use it;
-    others run ``forward_exploration`` / ``forward_inference`` on ``{OBS: tensor}``
-    and, unless they returned ``actions`` themselves, sample from their action
-    distribution class (made deterministic when ``explore`` is False).
+    others run ``forward_exploration`` / ``forward_inference`` and, unless they
+    returned ``actions`` themselves, sample from their action distribution class
+    (made deterministic when ``explore`` is False).
 
     Returns:
-        Every tensor the forward pass returned, as numpy, plus ``actions`` and
+        Every output the forward pass returned, as numpy, plus ``actions`` and
         ``action_logp`` (and ``vf_preds`` if ``with_values`` and computable).
     """
     fast = getattr(module, "compute_actions_numpy", None)
     if fast is not None:  # forward kwargs such as the timestep ``t`` do not apply to it
         return fast(obs, explore=explore, with_values=with_values, generator=generator)
-    from envrunners.utils.torch_utils import convert_to_torch_tensor
-
-    with torch.inference_mode():
-        device = next(iter(module.parameters()), torch.empty(0)).device
-        batch = {Columns.OBS: convert_to_torch_tensor(np.asarray(obs), device=device)}
-        if explore:
-            out = dict(module.forward_exploration(batch, **forward_kwargs))
-        else:
-            out = dict(module.forward_inference(batch, **forward_kwargs))
-        if Columns.ACTIONS not in out:
-            if explore:
-                dist_cls = module.get_exploration_action_dist_cls()
-            else:
-                dist_cls = module.get_inference_action_dist_cls()
-            dist = dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
-            if not explore:
-                dist = dist.to_deterministic()
-            out[Columns.ACTIONS] = dist.sample(generator=generator)
-            if Columns.ACTION_LOGP not in out:
-                out[Columns.ACTION_LOGP] = dist.logp(out[Columns.ACTIONS])
-        if with_values and Columns.VF_PREDS not in out and hasattr(module, "compute_values"):
-            out[Columns.VF_PREDS] = module.compute_values(batch)
-        result = {
-            k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v)
-            for k, v in out.items()
-        }
-    space = getattr(module, "action_space", None)
-    dtype = getattr(space, "dtype", None)
-    if dtype is not None:
-        result[Columns.ACTIONS] = np.asarray(result[Columns.ACTIONS]).astype(dtype, copy=False)
-    if Columns.ACTION_LOGP in result:
-        result[Columns.ACTION_LOGP] = np.asarray(result[Columns.ACTION_LOGP], dtype=np.float32)
-    return result
+    actions, out, _ = act(
+        module, obs, explore, with_values=with_values, generator=generator, **forward_kwargs
+    )
+    out[Columns.ACTIONS] = actions
+    return out

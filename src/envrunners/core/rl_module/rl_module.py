@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from envrunners.core import DEFAULT_MODULE_ID
-from envrunners.core.distributions import (
+from envrunners.core.distribution.torch.torch_distribution import (
     TorchCategorical,
     TorchDiagGaussian,
     TorchMultiCategorical,
@@ -33,7 +33,7 @@ from envrunners.core.rl_module._space_codec import space_from_dict, space_to_dic
 from envrunners.errors import ConfigError
 from envrunners.utils.cow_arrays import AdoptableState
 
-__all__ = ["RLModule", "RLModuleSpec", "TorchRLModule"]
+__all__ = ["RLModule", "RLModuleSpec"]
 
 StateDict = dict[str, Any]
 _STATE_FILE = "module_state.npz"
@@ -339,9 +339,6 @@ class RLModule(nn.Module):
             self.set_state(_unflatten_state({k: data[k] for k in data.files}))
 
 
-TorchRLModule = RLModule  # RLlib separates the torch flavour; here every module is torch.
-
-
 @dataclasses.dataclass
 class RLModuleSpec:
     """What to build: a module class plus its spaces and config.
@@ -363,7 +360,9 @@ class RLModuleSpec:
         """Instantiate the module (and load ``load_state_path`` if set).
 
         Raises:
-            ConfigError: The class or a space is missing.
+            ConfigError: The class or a space is missing, or ``model_config`` asks for
+                ``use_lstm`` but the built module is not stateful (a custom module
+                class that ignores the key).
         """
         missing = [
             name
@@ -383,6 +382,14 @@ class RLModuleSpec:
             model_config=_model_config_dict(self.model_config),
             catalog_class=self.catalog_class,
         )
+        if module.model_config.get("use_lstm") and not module.is_stateful():
+            raise ConfigError(
+                f"model_config['use_lstm']=True, but {self.module_class.__qualname__} is not "
+                "stateful (its get_initial_state() is empty): use_lstm only wraps the default "
+                "module's encoder in an LSTM. Drop use_lstm, use the default module "
+                "(RLModuleSpec without module_class), or give the custom module its own "
+                "recurrence (get_initial_state(), Columns.STATE_IN / STATE_OUT)."
+            )
         if self.load_state_path is not None:
             module.restore_from_path(self.load_state_path)
         return module

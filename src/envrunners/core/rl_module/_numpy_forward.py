@@ -1,113 +1,32 @@
-"""Building blocks of the default MLP module: space checks, config defaults, MLP stacks.
+"""The default module's acting forward on numpy views of its torch parameters.
 
-Kept apart from ``default_torch_rl_module`` so that module reads as the module and its
-acting path; nothing here is public.
+Runners act once per vector step for all sub-envs; at those batch sizes torch's
+per-op dispatch costs more than the arithmetic, so the acting path runs the MLP
+layers with numpy (:class:`NumpyForward`) or, where numpy cannot, with cached
+parameter references and in-place activations (:func:`mlp_plan`, :func:`run_plan`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from envrunners.core.rl_module.default_model_config import DefaultModelConfig
-from envrunners.errors import ConfigError
-
-_ACTIVATIONS = {
-    "tanh": torch.tanh,
-    "relu": torch.relu,
-    "swish": F.silu,
-    "silu": F.silu,
-    "elu": F.elu,
-    "linear": None,
-    None: None,
-}
-_HOW_TO_CUSTOMIZE = (
-    "Supported by the default module: observations Box (flattened), Discrete, "
-    "MultiDiscrete (one-hot) and MultiBinary; actions Discrete, MultiDiscrete and 1-D Box. "
-    "Flatten the space with a gymnasium wrapper (e.g. FlattenObservation) or supply your "
-    "own module: config.rl_module(rl_module_spec=RLModuleSpec(module_class=MyModule))."
-)
+__all__ = ["NumpyForward", "NumpyPlan", "mlp_plan", "run_plan"]
 
 
-def _check_spaces(observation_space: gym.Space, action_space: gym.Space) -> None:
-    """Raise ConfigError unless the default module supports both spaces."""
-    obs_ok = isinstance(
-        observation_space,
-        (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary),
-    )
-    if not obs_ok:
-        raise ConfigError(
-            f"The default RLModule cannot read observation space {observation_space!r}. "
-            + _HOW_TO_CUSTOMIZE
-        )
-    if isinstance(action_space, gym.spaces.Box):
-        ok = len(action_space.shape) == 1
-    elif isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
-        ok = bool(np.all(action_space.start == 0))
-    else:
-        ok = False
-    if not ok:
-        raise ConfigError(
-            f"The default RLModule cannot act in action space {action_space!r} "
-            "(Discrete/MultiDiscrete need start=0, Box must be 1-D). " + _HOW_TO_CUSTOMIZE
-        )
-
-
-def _resolve_model_config(model_config: dict[str, Any]) -> dict[str, Any]:
-    """``DefaultModelConfig`` defaults overlaid with the known keys of ``model_config``."""
-    known = {f.name for f in DefaultModelConfig.__dataclass_fields__.values()}
-    if model_config.get("use_lstm") or model_config.get("conv_filters"):
-        raise ConfigError(
-            "The default RLModule is an MLP: model_config use_lstm/conv_filters are not "
-            "supported; supply a custom RLModuleSpec."
-        )
-    cfg = {**vars(DefaultModelConfig()), **{k: v for k, v in model_config.items() if k in known}}
-    for key in ("fcnet_activation", "head_fcnet_activation"):
-        if cfg[key] not in _ACTIVATIONS:
-            raise ConfigError(
-                f"model_config[{key!r}]={cfg[key]!r} is not one of "
-                f"{sorted(str(a) for a in _ACTIVATIONS)}."
-            )
-    return cfg
-
-
-class _MLP(nn.Module):
-    """Linear layers with an activation after each (the last one only if ``activate_last``)."""
-
-    def __init__(self, sizes: list[int], activation: str | None, activate_last: bool):
-        super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
-        self.activation = activation
-        self.activate_last = activate_last
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        act = _ACTIVATIONS[self.activation]
-        last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if act is not None and (i < last or self.activate_last):
-                x = act(x)
-        return x
-
-    def plan(self, numpy_tanh: bool) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
-        """``(weight, bias, in-place activation or None)`` per layer, for the fast path."""
-        last = len(self.layers) - 1
-        out = []
-        for i, layer in enumerate(self.layers):
-            act = None
-            if self.activation not in ("linear", None) and (i < last or self.activate_last):
-                act = _inplace_activation(self.activation, numpy_tanh)
-            out.append((layer.weight, layer.bias, act))
-        return out
-
-    def numpy_plan(self) -> NumpyPlan | None:
-        """This stack as a :class:`NumpyPlan`, or None where numpy cannot run it."""
-        return NumpyPlan.build(self)
+def mlp_plan(mlp: Any, numpy_tanh: bool) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
+    """``(weight, bias, in-place activation or None)`` per layer of an ``MLP`` (no LayerNorm)."""
+    last = len(mlp.layers) - 1
+    out = []
+    for i, layer in enumerate(mlp.layers):
+        act = None
+        if mlp.activation not in ("linear", None) and (i < last or mlp.activate_last):
+            act = _inplace_activation(mlp.activation, numpy_tanh)
+        out.append((layer.weight, layer.bias, act))
+    return out
 
 
 def _np_tanh_(x: torch.Tensor) -> None:
@@ -127,8 +46,8 @@ def _inplace_activation(name: str, numpy_tanh: bool) -> Any:
     return lambda x: F.elu(x, inplace=True)
 
 
-def _run(plan: list[tuple[torch.Tensor, torch.Tensor, Any]], x: torch.Tensor) -> torch.Tensor:
-    """Apply a ``_MLP.plan()`` to ``x`` (no autograd bookkeeping beyond the caller's mode)."""
+def run_plan(plan: list[tuple[torch.Tensor, torch.Tensor, Any]], x: torch.Tensor) -> torch.Tensor:
+    """Apply a :func:`mlp_plan` to ``x`` (no autograd bookkeeping beyond the caller's mode)."""
     for weight, bias, act in plan:
         x = F.linear(x, weight, bias)
         if act is not None:
@@ -146,7 +65,7 @@ _NUMPY_ACTIVATIONS = {
 
 
 class NumpyPlan:
-    """An ``_MLP`` run by numpy on views of its (CPU, float32) parameters.
+    """An ``MLP`` run by numpy on views of its (CPU, float32) parameters.
 
     Why: at acting batch sizes (a few to a few dozen rows) this torch build's
     ``F.linear`` spends most of its time outside the arithmetic (dispatch, and a
@@ -169,8 +88,9 @@ class NumpyPlan:
         self.pointers = [p.data_ptr() for p in params]
 
     @classmethod
-    def build(cls, mlp: _MLP) -> NumpyPlan | None:
-        if mlp.activation not in _NUMPY_ACTIVATIONS:
+    def build(cls, mlp: Any) -> NumpyPlan | None:
+        """For an ``MLP`` whose activation numpy has and that has no LayerNorm, else None."""
+        if mlp.activation not in _NUMPY_ACTIVATIONS or mlp.norms is not None:
             return None
         params = [p for layer in mlp.layers for p in (layer.weight, layer.bias)]
         if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in params):
@@ -215,7 +135,7 @@ class NumpyForward:
         stacks = [getattr(module, name, None) for name in ("encoder", "pi", "vf_encoder", "vf")]
         if module.inference_only:
             stacks[2:] = [None, None]
-        plans = [None if s is None else s.numpy_plan() for s in stacks]
+        plans = [None if s is None else NumpyPlan.build(s) for s in stacks]
         if any(p is None for s, p in zip(stacks, plans) if s is not None):
             return None
         return cls(*plans)

@@ -1,0 +1,56 @@
+"""Flatten and rebuild nested dict/tuple/list structures (actions, observations, states).
+
+Structured spaces (``Dict``, ``Tuple``) give nested actions and observations, and
+recurrent modules nested states; these helpers walk them in one fixed order (dict
+insertion order, sequence order) so a flat list of leaves maps back to its place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["flatten", "map_structure", "paths", "unflatten_as"]
+
+
+def flatten(structure: Any) -> list[Any]:
+    """The leaves of ``structure`` (anything but dict, tuple or list is a leaf), in order."""
+    if isinstance(structure, Mapping):
+        return [leaf for value in structure.values() for leaf in flatten(value)]
+    if isinstance(structure, (tuple, list)):
+        return [leaf for value in structure for leaf in flatten(value)]
+    return [structure]
+
+
+def paths(structure: Any, prefix: tuple = ()) -> list[tuple]:
+    """The path (tuple of keys / indices) of every leaf, in :func:`flatten`'s order."""
+    if isinstance(structure, Mapping):
+        return [p for k, v in structure.items() for p in paths(v, (*prefix, k))]
+    if isinstance(structure, (tuple, list)):
+        return [p for i, v in enumerate(structure) for p in paths(v, (*prefix, i))]
+    return [prefix]
+
+
+def unflatten_as(structure: Any, leaves: list[Any]) -> Any:
+    """``structure`` with its leaves replaced, in order, by ``leaves``."""
+    it = iter(leaves)
+
+    def build(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            return {k: build(v) for k, v in node.items()}
+        if isinstance(node, (tuple, list)):
+            built = [build(v) for v in node]
+            return built if isinstance(node, list) else tuple(built)
+        return next(it)
+
+    return build(structure)
+
+
+def map_structure(fn: Callable[..., Any], structure: Any, *others: Any) -> Any:
+    """``fn`` applied leaf-wise to ``structure`` (and same-shaped ``others``)."""
+    if isinstance(structure, Mapping):
+        return {k: map_structure(fn, v, *(o[k] for o in others)) for k, v in structure.items()}
+    if isinstance(structure, (tuple, list)):
+        built = [map_structure(fn, v, *(o[i] for o in others)) for i, v in enumerate(structure)]
+        return built if isinstance(structure, list) else tuple(built)
+    return fn(structure, *others)

@@ -1,0 +1,1 @@
+"""envrunners.core.distribution (``ray.rllib.core.distribution``)."""

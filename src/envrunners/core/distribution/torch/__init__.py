@@ -1,0 +1,1 @@
+"""envrunners.core.distribution.torch (``ray.rllib.core.distribution.torch``)."""
