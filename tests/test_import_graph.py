@@ -23,8 +23,8 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
             "envrunners.core.rl_module.rl_module",
             "envrunners.core.rl_module.multi_rl_module",
         }
-    ): "RLModule.as_multi_rl_module() returns its container, MultiRLModule (a subclass)",
-    # TEMPORARY (issue 13): cycles being removed; each goes with its class's rework.
+    ): "RLModule.as_multi_rl_module() / RLModuleSpec.as_multi_rl_module_spec() return their "
+    "containers (RLlib API); MultiRLModule subclasses RLModule",
 }
 
 

@@ -223,6 +223,8 @@ class RLModule(nn.Module):
 
     def as_multi_rl_module(self) -> Any:
         """Wrap this module into a ``MultiRLModule`` under ``DEFAULT_MODULE_ID``."""
+        # The one import cycle of the package (allow-listed in tests/test_import_graph.py):
+        # RLlib's API has the module return its own container, a subclass of RLModule.
         from envrunners.core.rl_module.multi_rl_module import MultiRLModule
 
         return MultiRLModule.from_modules({DEFAULT_MODULE_ID: self})
@@ -422,6 +424,8 @@ class RLModuleSpec:
 
     def as_multi_rl_module_spec(self) -> Any:
         """This spec as the only entry (``DEFAULT_MODULE_ID``) of a ``MultiRLModuleSpec``."""
+        # Same allow-listed cycle as ``RLModule.as_multi_rl_module``: RLlib's API returns
+        # the container spec from the single-module spec.
         from envrunners.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
         return MultiRLModuleSpec(rl_module_specs={DEFAULT_MODULE_ID: self})
