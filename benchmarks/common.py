@@ -136,3 +136,30 @@ def runner_record(base: dict, build: Callable[[], Any], timesteps: int, repeats:
     stats = sample_rate_and_rss(runner, timesteps, repeats)
     runner.stop()
     return {**base, "env_steps_per_s": stats.pop("per_s_median"), **stats}
+
+
+def local_ppo_runner(target: str, env: Any, num_envs: int, model_config=None, layer=None):
+    """A local ``SingleAgentEnvRunner`` with PPO's default module on ``env`` (new API stack on
+    both targets). With ``layer`` (a torch module type), the built module must contain one
+    (``check_module``), else the runner is stopped and ``RuntimeError`` raised."""
+    PPOConfig = api(target, "envrunners.algorithms.ppo").PPOConfig
+    runner_mod = api(target, "envrunners.env.single_agent_env_runner")
+    config = (
+        PPOConfig()
+        .environment(env=env)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs)
+    )
+    if model_config is not None:
+        config = config.rl_module(model_config=model_config)
+    if target == "ray.rllib":
+        config = config.api_stack(
+            enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True
+        )
+    runner = runner_mod.SingleAgentEnvRunner(config=config)
+    if layer is not None:
+        try:
+            check_module(runner, layer, f"the default module with a {layer.__name__}")
+        except RuntimeError:
+            runner.stop()
+            raise
+    return runner

@@ -18,7 +18,7 @@ from functools import partial
 import gymnasium as gym
 import numpy as np
 import torch
-from common import TorchThreads, api, check_module, emit, median_rate, runner_record
+from common import TorchThreads, api, emit, local_ppo_runner, median_rate, runner_record
 
 WORKLOAD = "W10"
 ENV = "StatelessCartPole"
@@ -51,25 +51,10 @@ class LSTMActor(torch.nn.Module):
 
 def build_runner(target: str, num_envs: int = NUM_ENVS):
     """A local runner on StatelessCartPole with the default LSTM module."""
-    PPOConfig = api(target, "envrunners.algorithms.ppo").PPOConfig
-    runner_mod = api(target, "envrunners.env.single_agent_env_runner")
-    config = (
-        PPOConfig()
-        .environment(env=env_class(target))
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs)
-        .rl_module(model_config={"use_lstm": True, "lstm_cell_size": CELL})
+    model_config = {"use_lstm": True, "lstm_cell_size": CELL}
+    return local_ppo_runner(
+        target, env_class(target), num_envs, model_config=model_config, layer=torch.nn.LSTM
     )
-    if target == "ray.rllib":
-        config = config.api_stack(
-            enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True
-        )
-    runner = runner_mod.SingleAgentEnvRunner(config=config)
-    try:
-        check_module(runner, torch.nn.LSTM, "the default LSTM (DefaultModelConfig use_lstm)")
-    except RuntimeError:
-        runner.stop()
-        raise
-    return runner
 
 
 def lean_record(target: str, repeats: int) -> dict:

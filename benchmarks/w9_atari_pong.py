@@ -17,7 +17,7 @@ from functools import partial
 import gymnasium as gym
 import numpy as np
 import torch
-from common import TorchThreads, api, check_module, emit, median_rate, runner_record
+from common import TorchThreads, api, emit, local_ppo_runner, median_rate, runner_record
 
 WORKLOAD = "W9"
 ENV_ID = "ale_py:ALE/Pong-v5"
@@ -66,24 +66,7 @@ def default_cnn(num_actions: int) -> torch.nn.Module:
 
 def build_runner(target: str, num_envs: int = NUM_ENVS):
     """A local runner on wrapped Pong with PPO's default module (a CNN for these frames)."""
-    PPOConfig = api(target, "envrunners.algorithms.ppo").PPOConfig
-    runner_mod = api(target, "envrunners.env.single_agent_env_runner")
-    config = (
-        PPOConfig()
-        .environment(env=partial(make_pong, target))
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs)
-    )
-    if target == "ray.rllib":
-        config = config.api_stack(
-            enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True
-        )
-    runner = runner_mod.SingleAgentEnvRunner(config=config)
-    try:
-        check_module(runner, torch.nn.Conv2d, "the default CNN (DefaultModelConfig conv_filters)")
-    except RuntimeError:
-        runner.stop()
-        raise
-    return runner
+    return local_ppo_runner(target, partial(make_pong, target), num_envs, layer=torch.nn.Conv2d)
 
 
 def reference_records(target: str, repeats: int):
