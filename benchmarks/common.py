@@ -105,8 +105,8 @@ class TorchThreads:
         torch.set_num_threads(self.saved)
 
 
-def check_module(runner, layer: type, what: str) -> None:
-    """Fail clearly when the runner's default module lacks the network this workload is about."""
+def check_module(runner, layer: type) -> None:
+    """Fail clearly when the runner's module lacks the network the workload measures."""
     import torch
 
     module = runner.module
@@ -114,9 +114,10 @@ def check_module(runner, layer: type, what: str) -> None:
         isinstance(m, layer) for m in module.modules()
     ):
         raise RuntimeError(
-            f"the default module built for this env is {type(module).__name__} with no "
-            f"{layer.__name__} layer: {what} is not available in this build, so the runner "
-            "variant would measure a different network. Rerun once it lands (issue 14)."
+            f"the default module built here is {type(module).__name__}, with no "
+            f"{layer.__name__} layer: this build cannot make the network the workload "
+            "measures, and timing another would mislead. Rerun once the default module "
+            "builds it (issue 14)."
         )
 
 
@@ -158,7 +159,7 @@ def local_ppo_runner(target: str, env: Any, num_envs: int, model_config=None, la
     runner = runner_mod.SingleAgentEnvRunner(config=config)
     if layer is not None:
         try:
-            check_module(runner, layer, f"the default module with a {layer.__name__}")
+            check_module(runner, layer)
         except RuntimeError:
             runner.stop()
             raise
