@@ -50,5 +50,6 @@ def test_runner_samples_it_by_class_and_by_id():
             episodes = runner.sample(num_timesteps=40, random_actions=True)
         finally:
             runner.stop()
-        assert sum(len(e) for e in episodes) == 40
+        # At least the asked-for steps; a vector step may add up to one per sub-env.
+        assert 40 <= sum(len(e) for e in episodes) <= 42
         assert np.asarray(episodes[0].get_observations()).shape[1:] == (2,)
