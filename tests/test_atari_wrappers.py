@@ -157,6 +157,24 @@ def test_new_api_stack_wrapping_gives_normalized_float_frames_84x84x4():
     assert get_wrapper_by_cls(env, gym.wrappers.TimeLimit)._max_episode_steps == 108000
 
 
+def test_new_api_stack_normalize_false_keeps_uint8_frames_with_the_same_content():
+    normalized = wrap_atari_for_new_api_stack(pong(), dim=84, framestack=4)
+    raw = wrap_atari_for_new_api_stack(pong(), dim=84, framestack=4, normalize=False)
+    assert raw.observation_space.dtype == np.uint8
+    assert raw.observation_space.shape == (84, 84, 4)
+    assert get_wrapper_by_cls(raw, NormalizedImageEnv) is None
+    a, _ = normalized.reset(seed=3)
+    b, _ = raw.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        assert b.dtype == np.uint8 and raw.observation_space.contains(b)
+        # The default CNN's map of uint8 frames gives the normalized frames exactly.
+        assert np.array_equal(b.astype(np.float32) / 128.0 - 1.0, a)
+        action = int(rng.integers(normalized.action_space.n))
+        a, *_ = normalized.step(action)
+        b, *_ = raw.step(action)
+
+
 def test_new_api_stack_defaults_match_rllib():
     """RLlib 2.60's defaults: dim=64, no frame stacking, grayscale, frameskip 4."""
     env = wrap_atari_for_new_api_stack(pong())

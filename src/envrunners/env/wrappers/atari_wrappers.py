@@ -341,6 +341,8 @@ def wrap_atari_for_new_api_stack(
     frameskip: int = 4,
     framestack: int | None = None,
     grayscale: bool = True,
+    *,
+    normalize: bool = True,
 ) -> gym.Env:
     """Wrap an Atari env (RGB frames, ideally made with ``frameskip=1``) for new-stack sampling.
 
@@ -352,10 +354,16 @@ def wrap_atari_for_new_api_stack(
 
     Example: ``wrap_atari_for_new_api_stack(gym.make("ALE/Pong-v5", frameskip=1), dim=84,
     framestack=4)`` gives observations of shape (84, 84, 4), float32.
+
+    ``normalize=False`` (beyond RLlib) keeps the frames uint8 in [0, 255]: a quarter of
+    the memory in buffers, episodes and the object store. The default CNN maps uint8
+    frames to ``x / 128 - 1`` itself, so it sees exactly the numbers it would see with
+    ``normalize=True`` (the max over skipped frames commutes with that map).
     """
     env = gym.wrappers.TimeLimit(env, max_episode_steps=108000)
     env = WarpFrame(env, dim=dim, grayscale=grayscale)
-    env = NormalizedImageEnv(env)
+    if normalize:
+        env = NormalizedImageEnv(env)
     if frameskip > 1:
         env = MaxAndSkipEnv(env, skip=frameskip)
     env = NoopResetEnv(env, noop_max=30)
