@@ -274,6 +274,36 @@ def test_sub_env_restart_resets_only_that_sub_envs_state():
         runner.stop()
 
 
+def test_recreated_async_env_resets_every_state(tmp_path):
+    """A sub-env raising in an async vector env: the runner recreates the whole env."""
+    FailingEnv.failures = 0
+    env_config = {"episode_len": 50, "fail_at_step": 4, "flag_file": str(tmp_path / "failed")}
+    config = (
+        AlgorithmConfig()
+        .environment(FailingEnv, env_config=env_config)
+        .env_runners(num_envs_per_env_runner=2, gym_env_vectorize_mode="async")
+        .fault_tolerance(restart_failed_sub_environments=True)
+        .rl_module(rl_module_spec=counter_spec())
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        eps = runner.sample(num_timesteps=10)
+        assert (tmp_path / "failed").exists()
+        assert runner.get_metrics()["num_env_step_failures"] == 1
+        # 3 steps before the failure were lost; both sub-envs restarted from 0.
+        np.testing.assert_array_equal(runner._sampler.recurrent.state["count"][:, 0], [5, 5])
+        # The recreated env is reset once more by the next sample() (as RLlib's
+        # make_env asks for), and the state with it.
+        eps += runner.sample(num_timesteps=6)
+        np.testing.assert_array_equal(runner._sampler.recurrent.state["count"][:, 0], [3, 3])
+        check_counts(eps)
+        for e in eps:
+            obs = e.get_observations()[:-1, 0]
+            np.testing.assert_array_equal(obs, e.get_extra_model_outputs("count_in"))
+    finally:
+        runner.stop()
+
+
 def test_whole_env_failure_resets_every_state():
     """Sampler level: ``step_fn`` reports a recreated vector env once."""
     env = FastSyncVectorEnv([lambda: CountingEnv({"episode_len": 50})] * 2, copy=False)
