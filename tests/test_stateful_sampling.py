@@ -474,7 +474,7 @@ def test_default_lstm_on_stateless_cartpole():
             assert sum(len(e) for e in eps) >= 64
             for e in eps:
                 assert e.get_observations().shape[1:] == (2,)
-                states = e.get_extra_model_outputs(SO)
-                assert states["h"].shape == (len(e), 1, 16)
+                n = len(e)
+                tree_map(lambda s, n=n: _assert_shape(s, (n, 1, 16)), e.get_extra_model_outputs(SO))
     finally:
         runner.stop()
