@@ -469,3 +469,48 @@ def test_agents_that_end_early_give_their_state_rows_back():
         in_use = sum(len(s) for s in sampler._slots)
         assert store.size - len(store.free) == in_use <= 2 * 4
     r.stop()
+
+
+class EchoPrevModule(CountingModule):
+    """``CountingModule`` that also outputs the ``prev_actions`` / ``prev_rewards`` it got."""
+
+    def _forward(self, batch, **kwargs):
+        out = super()._forward(batch, **kwargs)
+        out["echo_prev_action"] = batch["prev_actions"][:, 0].float()
+        out["echo_prev_reward"] = batch["prev_rewards"][:, 0].float()
+        return out
+
+
+@pytest.mark.parametrize("env", ["cartpole", "tictactoe"])
+def test_prev_actions_and_rewards_per_agent(env):
+    flags = {"lstm_use_prev_action": True, "lstm_use_prev_reward": True}
+    spec = MultiRLModuleSpec(
+        rl_module_specs={"p0": RLModuleSpec(module_class=EchoPrevModule, model_config=flags)}
+    )
+    if env == "cartpole":
+        config = _config(MultiAgentCartPole, {"num_agents": 3}, policies=("p0",), spec=spec)
+    else:
+        config = _config(lambda cfg: PettingZooEnv(TicTacToe()), policies=("p0",), spec=spec)
+    config = config.multi_agent(policy_mapping_fn=lambda aid, ep, **kw: "p0")
+    r = MultiAgentEnvRunner(config)
+    calls = [r.sample(num_timesteps=n) for n in (4, 9, 30)]
+    checked = 0
+    for (_, _), chunks in _chunks_by_agent(calls).items():
+        if chunks[0].t_started != 0:
+            continue
+        actions = np.concatenate([np.asarray(sa.get_actions()) for sa in chunks])
+        rewards = np.concatenate([np.asarray(sa.get_rewards()) for sa in chunks])
+        echo_a = np.concatenate([sa.get_extra_model_outputs("echo_prev_action") for sa in chunks])
+        echo_r = np.concatenate([sa.get_extra_model_outputs("echo_prev_reward") for sa in chunks])
+        np.testing.assert_array_equal(echo_a, np.concatenate([[0], actions[:-1]]))
+        np.testing.assert_array_equal(echo_r, np.concatenate([[0.0], rewards[:-1]]))
+        checked += 1
+    assert checked >= 3
+    # the default LSTM reads them too
+    config = config.rl_module(
+        rl_module_spec=None, model_config={"use_lstm": True, "lstm_cell_size": 4, **flags}
+    )
+    r2 = MultiAgentEnvRunner(config)
+    assert sum(len(e) for e in r2.sample(num_timesteps=12)) == 12
+    r.stop()
+    r2.stop()

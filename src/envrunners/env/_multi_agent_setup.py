@@ -269,14 +269,19 @@ def fast_acting(module: Any) -> Callable[..., dict] | None:
     return fast
 
 
-def act_with_module(module: Any, obs: Any, explore: bool, t: int, state: Any) -> dict:
+def act_with_module(
+    module: Any, obs: Any, explore: bool, t: int, state: Any, extra_inputs: dict | None = None
+) -> dict:
     """One forward of any RLModule (``_acting.act``) as the sampler's one output dict.
+
+    ``state`` / ``extra_inputs``: for a stateful module, the batch's state in and its
+    ``prev_actions`` / ``prev_rewards`` (None for stateless modules).
 
     Returns:
         ``actions``, the extra model outputs and, for a stateful module, the next
         state under ``Columns.STATE_OUT`` (recorded per agent step, as RLlib does).
     """
-    actions, out, state_out = act(module, obs, explore, state, t=t)
+    actions, out, state_out = act(module, obs, explore, state, extra_inputs=extra_inputs, t=t)
     out[Columns.ACTIONS] = actions
     if state_out is not None:
         out[Columns.STATE_OUT] = state_out

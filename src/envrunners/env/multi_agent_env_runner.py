@@ -178,20 +178,29 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
             setup.check_reset_observations(self.env, obs)
         return obs, infos
 
-    def _act(self, module_id: str, obs: Any, explore: bool, t: int, state: Any = None) -> dict:
+    def _act(
+        self,
+        module_id: str,
+        obs: Any,
+        explore: bool,
+        t: int,
+        state: Any = None,
+        extra_inputs: dict | None = None,
+    ) -> dict:
         """One forward of ``module_id``'s module for the batch of all agents mapped to it.
 
         Stateless modules with ``compute_actions_numpy`` (the default MLP / CNN) take
         that numpy path directly; any other module goes through ``_acting.act``
         (``state``: the batch's recurrent state, the next one returned under
-        ``Columns.STATE_OUT``).
+        ``Columns.STATE_OUT``; ``extra_inputs``: ``prev_actions`` / ``prev_rewards``).
         """
         start = time.perf_counter()
         fast = self._fast_acting[module_id]
         if fast is not None:
             out = fast(obs, explore=explore)
         else:
-            out = setup.act_with_module(self._modules[module_id], obs, explore, t, state)
+            module = self._modules[module_id]
+            out = setup.act_with_module(module, obs, explore, t, state, extra_inputs)
         self._inference_time += time.perf_counter() - start
         return out
 

@@ -52,8 +52,9 @@ _NO_FLAGS: dict = {}
 
 #: ``act_fn(module_id, obs_batch, explore, t) -> {"actions": ..., extra outputs...}``;
 #: for a stateful module (see ``MultiAgentSampler.use_states``) it is called as
-#: ``act_fn(module_id, obs_batch, explore, t, state)`` and its result also holds
-#: the next state under ``Columns.STATE_OUT`` (``"state_out"``).
+#: ``act_fn(module_id, obs_batch, explore, t, state, extra_inputs)`` (``extra_inputs``:
+#: ``prev_actions`` / ``prev_rewards`` or None) and its result also holds the next
+#: state under ``Columns.STATE_OUT`` (``"state_out"``).
 ActFn = Callable[..., dict[str, Any]]
 
 #: What ``run()`` returns.
@@ -277,8 +278,9 @@ class MultiAgentSampler:
                         out = act_fn(mid, batch, explore, t_offset + env_ts)
                     else:  # one forward for the agents that act; the others keep their rows
                         store = self._states[mid]
-                        out = act_fn(mid, batch, explore, t_offset + env_ts, store.gather(slots))
-                        store.scatter(slots, out[Columns.STATE_OUT])
+                        state, inputs = store.gather(slots)
+                        out = act_fn(mid, batch, explore, t_offset + env_ts, state, inputs)
+                        store.after_act(slots, out[Columns.STATE_OUT], out["actions"])
                     acts = out.pop("actions")
                     a_rows = action_rows(acts)
                     fn = action_fns.get(mid)
@@ -509,6 +511,10 @@ class MultiAgentSampler:
                 entry = slots_i.get(aid)
                 if entry is None or entry[0] is not store:
                     entry = slots_i[aid] = (store, store.acquire())
+                elif store.prev_rewards:  # the reward for the agent's last action
+                    rewards = self.episodes[i].agent_episodes[aid].rewards.data
+                    if len(rewards):
+                        store.set_prev_reward(entry[1], rewards[-1])
                 slots.append(entry[1])
             slot_map[mid] = np.array(slots, dtype=np.intp)
         self._state_slots = slot_map
