@@ -184,6 +184,8 @@ def test_user_modules_per_module_id_one_forward_per_step():
     assert sum(OnesModule.calls) == steps["p1"]
     assert len(CountingModule.batch_sizes) <= len(vector_steps)
     assert len(OnesModule.calls) <= len(vector_steps)
+    # greedy acting (forward_inference) carries the state the same way
+    _check_counts([r.sample(num_timesteps=10, explore=False)], "p0", whole=False)
     r.stop()
 
 
@@ -514,3 +516,24 @@ def test_prev_actions_and_rewards_per_agent(env):
     assert sum(len(e) for e in r2.sample(num_timesteps=12)) == 12
     r.stop()
     r2.stop()
+
+
+def test_whole_env_failure_resets_every_agent_state():
+    from envrunners.env.env_runner import ENV_STEP_FAILURE
+
+    spec = _counting_spec(p0=CountingModule)
+    config = _config(MultiAgentCartPole, {"num_agents": 2}, policies=("p0",), spec=spec)
+    r = MultiAgentEnvRunner(config.multi_agent(policy_mapping_fn=lambda aid, ep, **kw: "p0"))
+    first = r.sample(num_timesteps=6)
+    step, calls = r._sampler.step_fn, []
+
+    def failing_once(actions):  # as _try_env_step answers after recreating the whole env
+        calls.append(1)
+        return ENV_STEP_FAILURE if len(calls) == 3 else step(actions)
+
+    r._sampler.step_fn = failing_once
+    second = r.sample(num_timesteps=8)
+    assert len(calls) > 3
+    assert {e.id_ for e in second}.isdisjoint({e.id_ for e in first})
+    _check_counts([second], "p0")  # every agent starts again from the initial state
+    r.stop()
