@@ -4,8 +4,9 @@ It builds a vectorised ``MultiAgentEnv`` (sync, or async with sub-envs in worker
 processes) and a ``MultiRLModule`` with one module per policy id, and
 ``sample()`` returns ``MultiAgentEpisode`` lists with RLlib's semantics: agents
 that act at different times, actions held until an agent's next observation,
-``count_steps_by`` env or agent steps, chunks that continue across calls. The
-loop itself (one forward per module per step) is
+``count_steps_by`` env or agent steps, chunks that continue across calls. Any
+RLModule acts (default or user modules per module id, stateless or recurrent
+with per-agent state); the loop itself (one forward per module per step) is
 ``envrunners.sampling.multi_agent.MultiAgentSampler``.
 """
 
