@@ -163,7 +163,7 @@ def _retyped_from_5th_call(act):
 
 
 def _with_nested_output(act):
-    """Every forward pass also returns a dict-valued extra output (never fits the tape)."""
+    """Every forward pass also returns a dict-valued extra output (nested tape columns)."""
 
     def tweaked(module_id, obs, explore, t):
         out = act(module_id, obs, explore, t)
@@ -173,7 +173,35 @@ def _with_nested_output(act):
     return tweaked
 
 
-@pytest.mark.parametrize("tweak", [_retyped_from_5th_call, _with_nested_output])
+def _with_list_output(act):
+    """Every forward pass also returns a list-valued extra output (never fits the tape)."""
+
+    def tweaked(module_id, obs, explore, t):
+        out = act(module_id, obs, explore, t)
+        out["listed"] = [{"a": k} for k in range(len(obs))]
+        return out
+
+    return tweaked
+
+
+def _nested_retyped_from_5th_call(act):
+    """A nested output whose leaf dtype changes from the 5th forward on (stops fitting)."""
+    calls = [0]
+
+    def tweaked(module_id, obs, explore, t):
+        out = act(module_id, obs, explore, t)
+        calls[0] += 1
+        dtype = np.float64 if calls[0] >= 5 else np.float32
+        out["state_out"] = {"h": np.ones((len(obs), 1, 2), dtype), "c": (np.zeros(len(obs)),)}
+        return out
+
+    return tweaked
+
+
+@pytest.mark.parametrize(
+    "tweak",
+    [_retyped_from_5th_call, _with_nested_output, _with_list_output, _nested_retyped_from_5th_call],
+)
 def test_outputs_that_do_not_fit_the_tape_fall_back(tweak, monkeypatch):
     calls = [{"num_timesteps": 40}, {"num_timesteps": 40}]
     _check_same(_cartpole(2), calls, monkeypatch, tweak=tweak)
@@ -228,3 +256,30 @@ def test_extras_tape_grows_without_touching_written_rows():
     np.testing.assert_array_equal(tape.cols["x"][:400], np.tile(out["x"], 2))
     assert view["x"] == 3 and view["weights_seq_no"] == 7
     np.testing.assert_array_equal(view["y"], [1.0, 1.0])
+
+
+def test_extras_tape_nested_columns():
+    rows = 20
+    state = {"h": np.arange(rows * 2, dtype=np.float32).reshape(rows, 1, 2), "c": (np.ones(rows),)}
+    out = {"x": np.arange(rows, dtype=np.float32), "state_out": state}
+    tape = ExtrasTape.create(out, rows)
+    assert tape is not None
+    assert ExtrasTape.create({"s": {"a": np.arange(3)}}, 2) is None  # wrong row count
+    assert ExtrasTape.create({"s": {"a": [1, 2]}}, 2) is None  # not an array
+    assert ExtrasTape.create({"s": {}}, 2) is None  # no leaves
+    assert tape.try_write({"x": out["x"], "state_out": {"h": state["h"]}}, rows) is None
+    assert (
+        tape.try_write({"x": out["x"], "state_out": {"c": state["c"], "h": state["h"]}}, rows)
+        is None
+    )
+    retyped = {"h": state["h"].astype(np.float64), "c": state["c"]}
+    assert tape.try_write({"x": out["x"], "state_out": retyped}, rows) is None
+    assert tape.try_write({"x": out["x"], "state_out": state["h"]}, rows) is None
+    assert tape.n == 0
+    for k in range(20):  # grows past the first capacity
+        assert tape.try_write(out, rows) == k * rows
+    row = tape.row(3, 7)
+    assert row["weights_seq_no"] == 7 and row["x"] == 3
+    assert same_tree(row["state_out"], {"h": state["h"][3], "c": (state["c"][0][3],)})
+    taken = tape.cols["state_out"].take(np.array([1, rows + 2]))
+    assert same_tree(taken, {"h": state["h"][[1, 2]], "c": (state["c"][0][[1, 2]],)})

@@ -1,5 +1,5 @@
-"""Building blocks of ``MultiAgentEnvRunner``: its vector env, module spaces, modules
-and its checked ``policy_mapping_fn``.
+"""Building blocks of ``MultiAgentEnvRunner``: its vector env, module spaces, modules,
+how each module acts, and its checked ``policy_mapping_fn``.
 
 Why: kept apart from the runner so the runner module reads as RLlib's API on top
 of the sampler, and each piece fails with its own clear error.
@@ -15,6 +15,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from envrunners.core.columns import Columns
+from envrunners.core.rl_module._acting import act
 from envrunners.env import runner_setup
 from envrunners.env.env_context import EnvContext
 from envrunners.env.multi_agent_env import MultiAgentEnv
@@ -34,10 +36,12 @@ from envrunners.errors import (
 
 __all__ = [
     "CheckedMappingFn",
+    "act_with_module",
     "as_multi_agent_env",
     "build_modules",
     "check_mapping_fn",
     "check_reset_observations",
+    "fast_acting",
     "make_vector_env",
     "module_spaces",
 ]
@@ -251,3 +255,34 @@ def check_reset_observations(env: VectorMultiAgentEnv, obs: list[dict]) -> None:
                     f"not in its observation space {space}. Fix the env (or its "
                     "observation_spaces), or set config.environment(disable_env_checking=True)."
                 )
+
+
+def fast_acting(module: Any) -> Callable[..., dict] | None:
+    """The module's ``compute_actions_numpy`` if it is stateless (the default MLP / CNN).
+
+    Why: that numpy path is the multi-agent loop's fast path (W3); every other
+    module (user modules, the default LSTM) acts through ``act_with_module``.
+    """
+    fast = getattr(module, "compute_actions_numpy", None)
+    if fast is None or module.is_stateful():
+        return None
+    return fast
+
+
+def act_with_module(
+    module: Any, obs: Any, explore: bool, t: int, state: Any, extra_inputs: dict | None = None
+) -> dict:
+    """One forward of any RLModule (``_acting.act``) as the sampler's one output dict.
+
+    ``state`` / ``extra_inputs``: for a stateful module, the batch's state in and its
+    ``prev_actions`` / ``prev_rewards`` (None for stateless modules).
+
+    Returns:
+        ``actions``, the extra model outputs and, for a stateful module, the next
+        state under ``Columns.STATE_OUT`` (recorded per agent step, as RLlib does).
+    """
+    actions, out, state_out = act(module, obs, explore, state, extra_inputs=extra_inputs, t=t)
+    out[Columns.ACTIONS] = actions
+    if state_out is not None:
+        out[Columns.STATE_OUT] = state_out
+    return out

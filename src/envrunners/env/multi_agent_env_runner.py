@@ -4,8 +4,9 @@ It builds a vectorised ``MultiAgentEnv`` (sync, or async with sub-envs in worker
 processes) and a ``MultiRLModule`` with one module per policy id, and
 ``sample()`` returns ``MultiAgentEpisode`` lists with RLlib's semantics: agents
 that act at different times, actions held until an agent's next observation,
-``count_steps_by`` env or agent steps, chunks that continue across calls. The
-loop itself (one forward per module per step) is
+``count_steps_by`` env or agent steps, chunks that continue across calls. Any
+RLModule acts (default or user modules per module id, stateless or recurrent
+with per-agent state); the loop itself (one forward per module per step) is
 ``envrunners.sampling.multi_agent.MultiAgentSampler``.
 """
 
@@ -178,9 +179,29 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
             setup.check_reset_observations(self.env, obs)
         return obs, infos
 
-    def _act(self, module_id: str, obs: Any, explore: bool, t: int) -> dict:
+    def _act(
+        self,
+        module_id: str,
+        obs: Any,
+        explore: bool,
+        t: int,
+        state: Any = None,
+        extra_inputs: dict | None = None,
+    ) -> dict:
+        """One forward of ``module_id``'s module for the batch of all agents mapped to it.
+
+        Stateless modules with ``compute_actions_numpy`` (the default MLP / CNN) take
+        that numpy path directly; any other module goes through ``_acting.act``
+        (``state``: the batch's recurrent state, the next one returned under
+        ``Columns.STATE_OUT``; ``extra_inputs``: ``prev_actions`` / ``prev_rewards``).
+        """
         start = time.perf_counter()
-        out = runner_setup.compute_actions(self._modules[module_id], obs, explore, t)
+        fast = self._fast_acting[module_id]
+        if fast is not None:
+            out = fast(obs, explore=explore)
+        else:
+            module = self._modules[module_id]
+            out = setup.act_with_module(module, obs, explore, t, state, extra_inputs)
         self._inference_time += time.perf_counter() - start
         return out
 
@@ -211,7 +232,9 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
             sampler.start()
         if num_episodes is not None:
             self._needs_initial_reset = True
-        self._modules = dict(self.module.items()) if self.module is not None else {}
+        self._modules = modules = dict(self.module.items()) if self.module is not None else {}
+        self._fast_acting = {mid: setup.fast_acting(m) for mid, m in modules.items()}
+        sampler.use_states({mid: m for mid, m in modules.items() if m.is_stateful()})
         sampler.weights_seq_no = self._weights_seq_no
         t_offset = self._t_offset()
         try:

@@ -9,6 +9,9 @@ remembers per agent only the tape row of each step, and at the episode's end
 (or cut, or before any other step recording) fills the agent's buffers with one
 fancy-index per key: already numpy, so ``to_numpy`` has nothing left to do for
 them. The finished episodes are equal to the per-step path's after ``to_numpy``.
+Nested outputs (a recurrent module's ``state_out``, e.g. ``{"h": (B, 1, cell),
+"c": (B, 1, cell)}``) get one tape column per leaf and are rebuilt, nested like
+the forward's output, when rows are read.
 
 Only used while nobody can look at an episode mid-run (no episode callbacks)
 and the episodes are numpy'd afterwards (``episodes_to_numpy``); any step whose
@@ -22,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from envrunners.core import _nested
 from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 
-__all__ = ["SEQ_KEY", "ExtrasTape", "flush_agent_rows"]
+__all__ = ["SEQ_KEY", "ExtrasTape", "NestedColumn", "flush_agent_rows"]
 
 SEQ_KEY = "weights_seq_no"
 _MIN_CAPACITY = 256
@@ -40,27 +44,37 @@ class ExtrasTape:
     __slots__ = ("cols", "shapes", "n")
 
     def __init__(self, out: dict[str, Any]):
-        self.cols = {
-            k: np.empty((_MIN_CAPACITY, *v.shape[1:]), dtype=v.dtype) for k, v in out.items()
+        #: Per key, a column (plain outputs) or a ``NestedColumn`` (nested outputs).
+        self.cols: dict[str, Any] = {
+            k: np.empty((_MIN_CAPACITY, *v.shape[1:]), dtype=v.dtype)
+            if type(v) is np.ndarray
+            else NestedColumn(v)
+            for k, v in out.items()
         }
-        #: Per key, the row shape (for the per-write check).
-        self.shapes = {k: v.shape[1:] for k, v in out.items()}
+        #: Per key, the row shape (for the per-write check; None for nested outputs).
+        self.shapes = {k: v.shape[1:] if type(v) is np.ndarray else None for k, v in out.items()}
         self.n = 0
 
     @classmethod
     def create(cls, out: dict[str, Any], batch_size: int) -> ExtrasTape | None:
         """A tape for ``out``'s keys, or None unless ``out`` is a non-empty dict of plain
-        (non-object) arrays with ``batch_size`` rows (and no ``weights_seq_no``)."""
+        (non-object) arrays with ``batch_size`` rows, or nested dicts / tuples of such
+        arrays (and no ``weights_seq_no``)."""
         if not out:
             return None
         for k, v in out.items():
-            if (
-                k == SEQ_KEY
-                or type(v) is not np.ndarray
-                or v.shape[:1] != (batch_size,)
-                or v.dtype.hasobject
-            ):
+            if k == SEQ_KEY:
                 return None
+            leaves = _nested.flatten(v) if isinstance(v, (dict, tuple)) else [v]
+            if not leaves:
+                return None
+            for leaf in leaves:
+                if (
+                    type(leaf) is not np.ndarray
+                    or leaf.shape[:1] != (batch_size,)
+                    or leaf.dtype.hasobject
+                ):
+                    return None
         return cls(out)
 
     def try_write(self, out: dict[str, Any], batch_size: int) -> int | None:
@@ -76,6 +90,10 @@ class ExtrasTape:
         base = self.n
         end = base + batch_size
         for (k, v), (key, c) in zip(out.items(), cols.items()):
+            if type(c) is NestedColumn:
+                if k != key or not c.try_write(v, base, end):
+                    return None
+                continue
             if (
                 k != key  # same keys in the same order (the buffers' order)
                 or type(v) is not np.ndarray
@@ -98,13 +116,67 @@ class ExtrasTape:
         return ext
 
 
-def _extend(bufs: dict, key: str, values: np.ndarray) -> None:
-    """Append the rows ``values`` to ``bufs[key]`` (a new numpy buffer if absent)."""
+class NestedColumn:
+    """The tape column of one nested output: one array per leaf, rows rebuilt on read.
+
+    Args:
+        first: The first forward's output for this key (nested dict / tuple of
+            ``(B, ...)`` arrays): its structure, leaf dtypes and row shapes are
+            what later writes must match.
+    """
+
+    __slots__ = ("template", "paths", "leaves")
+
+    def __init__(self, first: Any):
+        self.template = _nested.map_structure(lambda _: None, first)  # the structure only
+        self.paths = _nested.paths(first)
+        self.leaves = [
+            np.empty((_MIN_CAPACITY, *v.shape[1:]), dtype=v.dtype) for v in _nested.flatten(first)
+        ]
+
+    def try_write(self, value: Any, base: int, end: int) -> bool:
+        """Write ``value``'s rows at ``base:end``; False if its structure, dtypes or shapes differ."""
+        if not isinstance(value, (dict, tuple)) or _nested.paths(value) != self.paths:
+            return False
+        leaves = self.leaves
+        new = _nested.flatten(value)
+        rows = end - base
+        for col, v in zip(leaves, new):
+            if (
+                type(v) is not np.ndarray
+                or v.dtype != col.dtype
+                or v.shape != (rows, *col.shape[1:])
+            ):
+                return False
+        for j, (col, v) in enumerate(zip(leaves, new)):
+            if end > len(col):
+                grown = np.empty((max(2 * len(col), end), *col.shape[1:]), dtype=col.dtype)
+                grown[:base] = col[:base]
+                col = leaves[j] = grown
+            col[base:end] = v
+        return True
+
+    def __getitem__(self, g: int) -> Any:
+        """Row ``g``, nested like the forward's output (views)."""
+        return _nested.unflatten_as(self.template, [leaf[g] for leaf in self.leaves])
+
+    def take(self, index: np.ndarray, axis: int = 0) -> Any:
+        """The rows ``index``, nested like the forward's output (copies)."""
+        return _nested.unflatten_as(
+            self.template, [leaf.take(index, axis=axis) for leaf in self.leaves]
+        )
+
+
+def _extend(bufs: dict, key: str, values: Any) -> None:
+    """Append the rows ``values`` to ``bufs[key]`` (a new numpy buffer if absent).
+
+    ``values``: an array, or for nested outputs a nested structure of arrays.
+    """
     buf = bufs.get(key)
     if buf is None:  # = the list buffer the per-step path starts, after finalize()
         bufs[key] = InfiniteLookbackBuffer._raw(values, 0, None, None, True)
-    elif buf.finalized:
-        buf.extend(values)
+    elif buf.finalized or type(values) is not np.ndarray:
+        buf.extend(values)  # (a list buffer unbatches nested values itself)
     else:
         buf.data.extend(list(values))
 

@@ -11,6 +11,14 @@ simultaneous-move steps take ``MultiAgentEpisode.try_add_plain_env_step`` (direc
 appends, extra model outputs as ``(keys, values)`` pairs); any other step falls
 back to ``add_env_step``.
 
+Stateful modules (``use_states``) keep one recurrent-state row per (sub-env,
+agent) in a ``ModuleStates``: the rows of the agents that act are gathered for
+the module's one forward and its state out scattered back, so an agent that
+does not act in a step (turn-based envs) keeps its state. The state out is
+recorded per agent step under ``Columns.STATE_OUT`` with the other extra model
+outputs, as RLlib does. A row starts at the module's initial state and is
+released when its agent's episode, its sub-env's episode or the sub-env ends.
+
 Semantics follow RLlib's ``MultiAgentEnvRunner``: ``NEXT_STEP`` autoreset (the
 reset step is recorded with ``add_env_reset`` and not counted), finished
 episodes first, in-progress chunks ``cut()`` so the next call continues them,
@@ -27,10 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from envrunners.core.columns import Columns
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import MultiAgentEnvError
 from envrunners.sampling._agent_batching import action_rows, rows, stack
+from envrunners.sampling._agent_states import ModuleStates
 from envrunners.sampling._multi_agent_extras import SEQ_KEY, ExtrasTape, flush_agent_rows
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats, SampleResult
 from envrunners.utils.gc_pause import paused_gc
@@ -40,8 +50,12 @@ __all__ = ["ActFn", "MultiAgentSampleResult", "MultiAgentSampler"]
 _ALL = "__all__"
 _NO_FLAGS: dict = {}
 
-#: ``act_fn(module_id, obs_batch, explore, t) -> {"actions": ..., extra outputs...}``
-ActFn = Callable[[str, Any, bool, int], dict[str, Any]]
+#: ``act_fn(module_id, obs_batch, explore, t) -> {"actions": ..., extra outputs...}``;
+#: for a stateful module (see ``MultiAgentSampler.use_states``) it is called as
+#: ``act_fn(module_id, obs_batch, explore, t, state, extra_inputs)`` (``extra_inputs``:
+#: ``prev_actions`` / ``prev_rewards`` or None) and its result also holds the next
+#: state under ``Columns.STATE_OUT`` (``"state_out"``).
+ActFn = Callable[..., dict[str, Any]]
 
 #: What ``run()`` returns.
 MultiAgentSampleResult = SampleResult[MultiAgentEpisode, MultiAgentEpisodeStats]
@@ -107,7 +121,29 @@ class MultiAgentSampler:
         self._tapes: dict[Any, ExtrasTape] | None = None
         #: ... and per sub-env, ``{agent_id: [tape row per step not yet recorded]}``.
         self._tape_rows: list[dict] = []
+        #: Per stateful module id, its state rows; per sub-env, ``{agent_id: (rows, slot)}``.
+        self._states: dict[Any, ModuleStates] = {}
+        self._slots: list[dict] = [{} for _ in range(num_envs)]
+        #: Per stateful module id acting next step, the slots of its batch's rows.
+        self._state_slots: dict[Any, np.ndarray] = {}
         self.started = False
+
+    def use_states(self, modules: dict[Any, Any]) -> None:
+        """Carry recurrent state for these stateful modules (``{module_id: module}``).
+
+        Rows of a module id whose module object changed (or that is no longer
+        stateful) are dropped: its agents start again from the initial state.
+        """
+        states = self._states
+        if states.keys() == modules.keys() and all(
+            states[mid].fits(m) for mid, m in modules.items()
+        ):
+            return
+        self._states = {
+            mid: states[mid] if mid in states and states[mid].fits(m) else ModuleStates(m)
+            for mid, m in modules.items()
+        }
+        self._assign_slots()
 
     # -- episodes -----------------------------------------------------------------
     def start(self) -> int:
@@ -119,6 +155,9 @@ class MultiAgentSampler:
         n = self.num_envs
         self._modmaps = [{} for _ in range(n)]
         self._tape_rows = [{} for _ in range(n)]
+        self._slots = [{} for _ in range(n)]
+        for store in self._states.values():
+            store.clear()
         self._start_times = [time.time()] * n
         self.episodes = [self.new_episode(i) for i in range(n)]
         self._pending = [True] * n
@@ -232,8 +271,16 @@ class MultiAgentSampler:
                     for i, aid in idx:
                         actions[i][aid] = spaces[aid].sample()
             else:
+                state_slots = self._state_slots
                 for mid, (batch, idx) in self._to_module.items():
-                    out = act_fn(mid, batch, explore, t_offset + env_ts)
+                    slots = state_slots.get(mid) if state_slots else None
+                    if slots is None:
+                        out = act_fn(mid, batch, explore, t_offset + env_ts)
+                    else:  # one forward for the agents that act; the others keep their rows
+                        store = self._states[mid]
+                        state, inputs = store.gather(slots)
+                        out = act_fn(mid, batch, explore, t_offset + env_ts, state, inputs)
+                        store.after_act(slots, out[Columns.STATE_OUT], out["actions"])
                     acts = out.pop("actions")
                     a_rows = action_rows(acts)
                     fn = action_fns.get(mid)
@@ -348,6 +395,7 @@ class MultiAgentSampler:
             obs_i = obs_l[i]
             ep = self.episodes[i]
             mm = self._modmaps[i]
+            slots_i = self._slots[i]
             stepped = not self._pending[i]
             try:
                 if stepped:
@@ -418,6 +466,10 @@ class MultiAgentSampler:
                     key = (aid, mid)
                     counts[key] = counts.get(key, 0) + 1
                     if done or term_i.get(aid) or trunc_i.get(aid):
+                        if slots_i:  # the agent's episode ended: so did its recurrent state
+                            entry = slots_i.pop(aid, None)
+                            if entry is not None:
+                                entry[0].release(entry[1])
                         continue
                 g = groups.get(mid)
                 if g is None:
@@ -429,14 +481,50 @@ class MultiAgentSampler:
                 if event in events:
                     self.fire(event, ep, i)
             if done:
+                if slots_i:
+                    self._release_states(i)
                 self._finish(i, ep, res)
                 if episode_target is not None and len(res.done) >= episode_target:
                     break  # §20.1: no replacement episode after the last one
                 self.episodes[i] = self.new_episode(i)
                 self._pending[i] = True
                 self._modmaps[i] = {}
-        self._to_module = {mid: (stack(items), idx) for mid, (items, idx) in groups.items()}
+        spaces = self.observation_spaces
+        self._to_module = {
+            mid: (stack(items, spaces.get(idx[0][1])), idx) for mid, (items, idx) in groups.items()
+        }
+        if self._states:
+            self._assign_slots()
         return env_steps, agent_steps
+
+    def _assign_slots(self) -> None:
+        """The state slots of the agents that act next (new agents get initial-state rows)."""
+        slot_map = {}
+        all_slots = self._slots
+        for mid, store in self._states.items():
+            group = self._to_module.get(mid)
+            if group is None:
+                continue
+            slots = []
+            for i, aid in group[1]:
+                slots_i = all_slots[i]
+                entry = slots_i.get(aid)
+                if entry is None or entry[0] is not store:
+                    entry = slots_i[aid] = (store, store.acquire())
+                elif store.prev_rewards:  # the reward for the agent's last action
+                    rewards = self.episodes[i].agent_episodes[aid].rewards.data
+                    if len(rewards):
+                        store.set_prev_reward(entry[1], rewards[-1])
+                slots.append(entry[1])
+            slot_map[mid] = np.array(slots, dtype=np.intp)
+        self._state_slots = slot_map
+
+    def _release_states(self, i: int) -> None:
+        """Release the state rows of sub-env ``i``'s agents (its episode ended or was dropped)."""
+        slots_i = self._slots[i]
+        for store, slot in slots_i.values():
+            store.release(slot)
+        slots_i.clear()
 
     def _restart_episodes(self, failed: Any, res: MultiAgentSampleResult) -> tuple[int, int]:
         """Drop the episodes of recreated sub-envs (their reset obs start new ones).
@@ -458,6 +546,7 @@ class MultiAgentSampler:
             self._totals.pop(episode.id_, None)
             self._prev_chunks.pop(episode.id_, None)
             self._tape_rows[i] = {}
+            self._release_states(i)
             self.episodes[i] = self.new_episode(i)
             self._pending[i] = True
             self._modmaps[i] = {}
