@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.connectors.connector_pipeline_v2 import ConnectorPipelineV2
@@ -19,6 +20,7 @@ from envrunners.connectors.env_to_module import (
 )
 from envrunners.connectors.module_to_env import GetActions, NormalizeAndClipActions
 from envrunners.connectors.vector_episodes import VectorEpisodes
+from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.errors import ConfigError, ConnectorError
 
@@ -479,3 +481,49 @@ class TestGetActions:
         assert out["action_logp"].shape == (2,)
         kept = GetActions()(rl_module=r.module, batch={"actions": np.array([1, 1])})
         np.testing.assert_array_equal(kept["actions"], [1, 1])
+
+
+# -- action masking (examples/action_masking.py) ---------------------------------------------
+def _action_masking_example():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "action_masking.py"
+    spec = importlib.util.spec_from_file_location("action_masking_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class TestActionMasking:
+    @pytest.mark.parametrize("explore", [True, False])
+    def test_never_takes_a_masked_action(self, explore):
+        example = _action_masking_example()
+        r = example.make_runner(num_envs=3)
+        assert isinstance(r.module, example.ActionMaskingTorchRLModule)
+        eps = r.sample(num_timesteps=1500, explore=explore)  # the env raises on a masked one
+        steps = 0
+        for ep in eps:
+            masks = ep.get_observations()["action_mask"][:-1]
+            actions = np.asarray(ep.get_actions())
+            assert masks[np.arange(len(actions)), actions].all()
+            steps += len(actions)
+        assert steps >= 1500
+
+    def test_without_the_mask_the_env_refuses(self):
+        example = _action_masking_example()
+
+        class Unmasked(example.ActionMaskingTorchRLModule):
+            def _forward(self, batch, **kwargs):
+                logits = self.net(batch["obs"]["observations"].float())
+                return {"action_dist_inputs": torch.zeros_like(logits)}
+
+        config = (
+            AlgorithmConfig()
+            .environment(example.MaskedActionsEnv)
+            .env_runners(num_envs_per_env_runner=3)
+            .rl_module(rl_module_spec=RLModuleSpec(module_class=Unmasked))
+        )
+        r = SingleAgentEnvRunner(config=config)
+        with pytest.raises(Exception, match="masked action"):
+            r.sample(num_timesteps=300)
