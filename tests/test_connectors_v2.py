@@ -454,6 +454,8 @@ class TestMeanStdFilterAndActions:
         assert fresh._env_to_module["MeanStdFilter"].filter.running_stats.n == sum(n)
 
     def test_normalize_and_clip_on_pendulum(self):
+        """The default piece unsquashes after the user's pieces; without defaults, a user
+        NormalizeAndClipActions(clip_actions=True) clips and the episode keeps the raw action."""
         sent = []
 
         class Recorder(gym.Wrapper):
@@ -461,15 +463,31 @@ class TestMeanStdFilterAndActions:
                 sent.append(np.array(action))
                 return super().step(action)
 
-        r = _runner(env=lambda ctx: Recorder(gym.make("Pendulum-v1")), num_envs=1)
-        eps = r.sample(num_timesteps=30)
-        stored = np.concatenate([e.get_actions() for e in eps])
-        expected = -2.0 + (np.clip(stored.astype(np.float64), -1, 1) + 1.0) * 2.0
-        np.testing.assert_allclose(np.stack(sent)[: len(expected)], expected, atol=1e-6)
-        piece = NormalizeAndClipActions(None, None, normalize_actions=False, clip_actions=True)
-        piece.input_action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
-        out = piece(batch={"actions": np.array([[-5.0], [0.5], [7.0]])})
-        np.testing.assert_array_equal(out["actions_for_env"], [[-2.0], [0.5], [2.0]])
+        class Scale(ConnectorV2):  # module actions x 3: some leave [-1, 1] and [-2, 2]
+            def __call__(self, *, batch, **kwargs):
+                batch["actions"] = batch["actions"] * 3.0
+                return batch
+
+        def run(**kw):
+            sent.clear()
+            r = _runner(env=lambda ctx: Recorder(gym.make("Pendulum-v1")), num_envs=1, **kw)
+            eps = r.sample(num_timesteps=60)
+            stored = np.concatenate([e.get_actions() for e in eps]).astype(np.float64)
+            return r, stored[: len(sent)], np.stack(sent)[: len(stored)]
+
+        r, stored, env_actions = run(module_to_env_connector=lambda env, spaces: [Scale()])
+        assert [c.name for c in r._module_to_env] == ["Scale", "NormalizeAndClipActions"]
+        unsquashed = -2.0 + (np.clip(3.0 * stored, -1, 1) + 1.0) * 2.0
+        np.testing.assert_allclose(env_actions, unsquashed, atol=1e-5)
+        r, stored, env_actions = run(
+            module_to_env_connector=lambda env, spaces: [
+                Scale(),
+                NormalizeAndClipActions(normalize_actions=False, clip_actions=True),
+            ],
+            add_default_connectors_to_module_to_env_pipeline=False,
+        )
+        assert np.abs(3.0 * stored).max() > 2.0  # some actions needed the clip
+        np.testing.assert_allclose(env_actions, np.clip(3.0 * stored, -2.0, 2.0), atol=1e-5)
 
 
 class TestGetActions:

@@ -19,6 +19,7 @@ from envrunners.connectors.connector_v2 import ConnectorV2
 from envrunners.connectors.env_to_module import EnvToModulePipeline, MeanStdFilter
 from envrunners.connectors.module_to_env import ModuleToEnvPipeline, NormalizeAndClipActions
 from envrunners.connectors.reward_clipping import clip_rewards_fn
+from envrunners.connectors.vector_episodes import row_of
 from envrunners.env.env_context import EnvContext
 from envrunners.env.registry import check_is_env, resolve_env_creator
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
@@ -338,21 +339,13 @@ def check_sample_counts(
     return num_timesteps, num_episodes
 
 
-def _unbatch_index(obs: Any, i: int) -> Any:
-    if isinstance(obs, dict):
-        return {k: _unbatch_index(v, i) for k, v in obs.items()}
-    if isinstance(obs, tuple):
-        return tuple(_unbatch_index(v, i) for v in obs)
-    return obs[i]
-
-
 def check_observations(runner: Any, obs: Any) -> None:
     """Raise ``SpaceError`` if a sub-env's observation lies outside its space."""
     if runner.config.disable_env_checking:
         return
     space = runner.env.single_observation_space
     for i in range(runner.num_envs):
-        item = _unbatch_index(obs, i)
+        item = row_of(obs, i)
         if not space.contains(item):
             raise SpaceError(
                 f"sub-environment {i} returned observation {item!r}, which is not in its "
@@ -366,7 +359,7 @@ def check_step(runner: Any, raw_obs: Any, actions: Any) -> None:
     check_observations(runner, raw_obs)
     space = runner.env.single_action_space
     for i in range(runner.num_envs):
-        action = _unbatch_index(actions, i)
+        action = row_of(actions, i)
         if not space.contains(np.asarray(action, dtype=getattr(space, "dtype", None))):
             raise SpaceError(
                 f"action {action!r} for sub-environment {i} is not in the action_space {space}. "
