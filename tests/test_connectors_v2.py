@@ -545,3 +545,34 @@ class TestActionMasking:
         r = SingleAgentEnvRunner(config=config)
         with pytest.raises(Exception, match="masked action"):
             r.sample(num_timesteps=300)
+
+
+# -- multi-agent: per-module pipelines ----------------------------------------------------------
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pettingzoo's old env API
+def test_multi_agent_runner_flattens_per_module():
+    from tests.test_pettingzoo import _config, _import_tictactoe
+
+    from envrunners.env.multi_agent_env_runner import MultiAgentEnvRunner
+
+    tictactoe_v3 = _import_tictactoe()
+    kw_pieces = []
+
+    def make(env, spaces, device):
+        kw_pieces.append(BatchAndKwargs())
+        return [FlattenObservations(), kw_pieces[-1]]
+
+    config = _config(lambda cfg: tictactoe_v3.env(), num_envs=2)
+    config.env_runners(env_to_module_connector=make)
+    r = MultiAgentEnvRunner(config)
+    assert set(r._env_to_module) == {"p1", "p2"}
+    for mid in ("p1", "p2"):  # Dict(action_mask 9, observation 3x3x2) -> 27 floats
+        flat = gym.spaces.Box(-np.inf, np.inf, (27,), np.float32)
+        assert r._env_to_module[mid].observation_space == flat
+        assert r.module[mid].observation_space == flat
+    eps = r.sample(num_timesteps=20)
+    obs = np.concatenate(
+        [np.asarray(sa.get_observations()) for e in eps for sa in e.agent_episodes.values()]
+    )
+    assert obs.shape[1:] == (27,)
+    seen = [p.seen for p in kw_pieces if p.seen is not None]
+    assert seen and all(s["rl_module"] is r.module and s["episodes"] == [] for s in seen)
