@@ -576,3 +576,12 @@ def test_multi_agent_runner_flattens_per_module():
     assert obs.shape[1:] == (27,)
     seen = [p.seen for p in kw_pieces if p.seen is not None]
     assert seen and all(s["rl_module"] is r.module and s["episodes"] == [] for s in seen)
+
+
+def test_pipeline_action_space_setter_reaches_the_pieces():
+    piece = NormalizeAndClipActions(normalize_actions=True)
+    pipe = ConnectorPipelineV2(connectors=[piece])
+    pipe.input_action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    assert piece.input_action_space == pipe.action_space == pipe.input_action_space
+    out = pipe(batch={"actions": np.array([[1.0], [-1.0]])})
+    np.testing.assert_array_equal(out["actions_for_env"], [[2.0], [-2.0]])

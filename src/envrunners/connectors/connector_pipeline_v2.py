@@ -53,6 +53,10 @@ def returned_no_batch(connector: Any, out: Any) -> ConnectorError:
 class ConnectorPipelineV2(ConnectorV2):
     """Runs its connector pieces in order; its state is ``{piece name: piece state}``.
 
+    Edit it with ``append``/``prepend``/``insert_before``/``insert_after``/``remove``
+    (they rewire the spaces and note each piece's keywords), not through
+    ``connectors`` directly.
+
     Args:
         input_observation_space: The observation space entering the first piece.
         input_action_space: The action space entering the first piece.
@@ -74,30 +78,27 @@ class ConnectorPipelineV2(ConnectorV2):
         self._rewire()
 
     # -- spaces and wiring -----------------------------------------------------------
-    def _rewire(self) -> None:
-        """Pass the spaces down the pieces and note which keywords each one takes."""
-        obs, act = self.input_observation_space, self.input_action_space
-        for conn in self.connectors:
+    def _pass_spaces(self, obs: gym.Space | None, act: gym.Space | None) -> tuple:
+        """Set each piece's input spaces from the previous piece's outputs; the last outputs."""
+        for conn in getattr(self, "connectors", ()):
             conn.input_action_space = act
             conn.input_observation_space = obs
             obs, act = conn.observation_space, conn.action_space
+        return obs, act
+
+    def _rewire(self) -> None:
+        """Pass the spaces down the pieces and note which keywords each one takes."""
+        self._pass_spaces(self.input_observation_space, self.input_action_space)
         self._calls = [(c, accepted_keywords(c)) for c in self.connectors]
         self.reads_episodes = any(getattr(c, "reads_episodes", True) for c in self.connectors)
 
     def recompute_output_observation_space(self, input_observation_space, input_action_space):
         """The observation space after the last piece."""
-        for conn in getattr(self, "connectors", ()):
-            conn.input_action_space = input_action_space
-            conn.input_observation_space = input_observation_space
-            input_observation_space = conn.observation_space
-            input_action_space = conn.action_space
-        return input_observation_space
+        return self._pass_spaces(input_observation_space, input_action_space)[0]
 
     def recompute_output_action_space(self, input_observation_space, input_action_space):
         """The action space after the last piece."""
-        if getattr(self, "connectors", None):
-            return self.connectors[-1].action_space
-        return input_action_space
+        return self._pass_spaces(input_observation_space, input_action_space)[1]
 
     @property
     def observation_space(self) -> gym.Space | None:
