@@ -89,3 +89,8 @@ def test_readme_snippets_run(index):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(proc.stdout.strip().splitlines()) == 2
+
+
+def test_action_masking():
+    out = run_example("action_masking.py", "--timesteps", "200", "--num-envs", "2")
+    assert "no masked action" in out

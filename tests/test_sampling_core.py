@@ -13,7 +13,7 @@ from tests.envs.simple import CountingEnv, FailingEnv
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.connectors import ConnectorPipelineV2, MeanStdFilter, NormalizeAndClipActions
-from envrunners.connectors.steps import clip_rewards_fn
+from envrunners.connectors.reward_clipping import clip_rewards_fn
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.registry import register_env, unregister_env
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner

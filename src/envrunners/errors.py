@@ -23,7 +23,8 @@ value, what was expected and, where there is one, the fix::
     ├── BatchTypeError(TypeError, AssertionError) a non-batch value where a batch belongs
     ├── ColumnKeyError(KeyError)     a batch column that is missing or forbidden
     ├── SubEnvError(RuntimeError)    a sub-env in a worker process raised, died or hung
-    └── ModuleActingError(ValueError) an RLModule's acting inputs or outputs are unusable
+    ├── ModuleActingError(ValueError) an RLModule's acting inputs or outputs are unusable
+    └── ConnectorError(ValueError)   a connector returned no batch or lacks what it reads
 
     StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
                                      silent recreate (``ray.rllib.env.env_errors``)
@@ -43,6 +44,7 @@ __all__ = [
     "ColumnKeyError",
     "CompressionError",
     "ConfigError",
+    "ConnectorError",
     "DeprecatedAPIError",
     "EnvCreatorError",
     "EnvRunnerError",
@@ -255,4 +257,16 @@ class ModuleActingError(EnvRunnersError, ValueError):
 
     Raised when a forward pass returns neither ``Columns.ACTIONS`` nor
     ``Columns.ACTION_DIST_INPUTS``, or a stateful module is asked to act without state.
+    """
+
+
+# -- connectors: ConnectorV2 pipelines (issue 14) ---------------------------------------------
+
+
+class ConnectorError(EnvRunnersError, ValueError):
+    """A connector broke the ConnectorV2 contract while a pipeline ran it.
+
+    Raised when a connector's ``__call__`` returns ``None`` instead of the batch, or
+    when a stock piece needs information (per-sub-env episode views) that the
+    calling runner does not provide.
     """

@@ -180,9 +180,14 @@ class AlgorithmConfig:
                 ``sample_timeout_s``, ``observation_filter``, ``remote_worker_envs``,
                 ``create_env_on_local_worker``, ``num_cpus_per_env_runner``,
                 ``max_requests_in_flight_per_env_runner``, ``episode_lookback_horizon``,
-                ``env_to_module_connector``, ``module_to_env_connector`` and the
-                other keys in this method's signature. Old names such as
-                ``num_rollout_workers`` still work with a ``DeprecationWarning``.
+                ``env_to_module_connector`` (``fn(env, spaces, device)``, or the old
+                ``fn(env)``, returning a ConnectorV2, a list of them or a pipeline),
+                ``module_to_env_connector`` (``fn(env, spaces)`` or ``fn(env)``),
+                ``add_default_connectors_to_env_to_module_pipeline`` /
+                ``add_default_connectors_to_module_to_env_pipeline`` (bool; the latter
+                adds ``NormalizeAndClipActions`` for Box actions) and the other keys in
+                this method's signature. Old names such as ``num_rollout_workers``
+                still work with a ``DeprecationWarning``.
         """
         return self._update(RUN, kwargs)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envrunners.connectors.connector_v2 import ConnectorPipelineV2
+from envrunners.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
@@ -111,7 +111,9 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
     def _build_connectors(self) -> None:
         self._env_to_module, self._module_to_env = {}, {}
         for mid, (obs_space, act_space) in self._module_spaces.items():
-            e2m, m2e = runner_setup.build_connectors(self.config, obs_space, act_space, self.env)
+            e2m, m2e = runner_setup.build_connectors(
+                self.config, obs_space, act_space, self.env, spaces=self.spaces
+            )
             self._env_to_module[mid], self._module_to_env[mid] = e2m, m2e
 
     def make_module(self) -> None:
@@ -140,11 +142,16 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
 
     # -- hooks used by the sampler -------------------------------------------------
     def _e2m_fn(self, pipeline: ConnectorPipelineV2) -> Any:
-        return lambda obs: pipeline(batch={"obs": obs}, explore=self._explore)["obs"]
+        def to_module(obs: Any) -> Any:
+            kwargs = {"rl_module": self.module, "metrics": self.metrics}
+            return pipeline(batch={"obs": obs}, explore=self._explore, **kwargs)["obs"]
+
+        return to_module
 
     def _m2e_fn(self, pipeline: ConnectorPipelineV2) -> Any:
         def to_env(actions: Any) -> Any:
-            batch = pipeline(batch={"actions": actions}, explore=self._explore)
+            kwargs = {"rl_module": self.module, "metrics": self.metrics}
+            batch = pipeline(batch={"actions": actions}, explore=self._explore, **kwargs)
             return batch.get("actions_for_env", batch["actions"])
 
         return to_env

@@ -15,8 +15,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envrunners.connectors.connector_v2 import ConnectorPipelineV2, ConnectorV2
-from envrunners.connectors.steps import MeanStdFilter, NormalizeAndClipActions, clip_rewards_fn
+from envrunners.connectors.connector_v2 import ConnectorV2
+from envrunners.connectors.env_to_module import EnvToModulePipeline, MeanStdFilter
+from envrunners.connectors.module_to_env import ModuleToEnvPipeline, NormalizeAndClipActions
+from envrunners.connectors.reward_clipping import clip_rewards_fn
+from envrunners.connectors.vector_episodes import row_of
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act, initial_state_batch
 from envrunners.env.env_context import EnvContext
@@ -139,52 +142,91 @@ def _infos_as_list(env: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
 
 
 # -- connectors, rewards, module ----------------------------------------------------
-def _as_connectors(made: Any) -> list[ConnectorV2]:
-    if made is None:
+_WRONG_SIGNATURE_LOGGED: set[str] = set()
+
+
+def _user_connectors(config: Any, key: str, env: Any, spaces: Any, device: Any) -> list:
+    """Call ``config.<key>`` as RLlib does: ``fn(env, spaces[, device])``, else ``fn(env)``.
+
+    The one-argument fallback happens, as in RLlib 2.60, when the call raises a
+    TypeError about a positional argument (an old ``fn(env)`` signature). The
+    function may return a connector (a pipeline counts as one) or a list of them.
+    """
+    fn = getattr(config, key, None)
+    if fn is None:
         return []
-    if isinstance(made, ConnectorPipelineV2):
-        return list(made.connectors)
+    args = (env, spaces, device) if key == "env_to_module_connector" else (env, spaces)
+    try:
+        made = fn(*args)
+    except TypeError as err:
+        if not (err.args and "positional argument" in str(err.args[0])):
+            raise
+        if key not in _WRONG_SIGNATURE_LOGGED:
+            _WRONG_SIGNATURE_LOGGED.add(key)
+            wanted = "env, spaces, device" if len(args) == 3 else "env, spaces"
+            logger.error(
+                "Your `config.%s` function seems to have a wrong or outdated signature! It "
+                "should be: `def myfunc(%s): ...`; calling it as `myfunc(env)`.",
+                key,
+                wanted,
+            )
+        made = fn(env)
+    if isinstance(made, ConnectorV2):
+        return [made]
     if isinstance(made, list | tuple):
         return list(made)
-    return [made]
+    raise ConfigError(
+        f"`AlgorithmConfig.env_runners({key}=..)` must return a ConnectorV2 object or a list "
+        f"thereof to be added to a connector pipeline! Your function returned {made!r}."
+    )
 
 
 def build_connectors(
-    config: Any, obs_space: gym.Space | None, act_space: gym.Space | None, env: Any = None
-) -> tuple[ConnectorPipelineV2, ConnectorPipelineV2]:
+    config: Any,
+    obs_space: gym.Space | None,
+    act_space: gym.Space | None,
+    env: Any = None,
+    spaces: dict[str, tuple[gym.Space, gym.Space]] | None = None,
+) -> tuple[EnvToModulePipeline, ModuleToEnvPipeline]:
     """The env-to-module and module-to-env pipelines from the config.
 
-    Env-to-module: user steps (``config.env_to_module_connector(env)``) then the
-    observation filter. Module-to-env: action unsquash/clip, then user steps.
+    Env-to-module: the user's pieces (``config.env_to_module_connector(env, spaces,
+    device)``), then the observation filter (``observation_filter``). Module-to-env:
+    the user's pieces (``config.module_to_env_connector(env, spaces)``), then, with
+    ``add_default_connectors_to_module_to_env_pipeline`` (default True),
+    ``NormalizeAndClipActions`` for a Box action space, as RLlib appends it. RLlib's
+    other default pieces (batching, tensors, ``GetActions``) are what the sampler
+    and ``_acting.act`` do themselves, so no piece stands for them.
+
+    Args:
+        spaces: Passed to the user's functions: ``{"__env__": (obs, act) of the
+            vector env, "__env_single__": (obs, act) of one sub-env}`` (RLlib's layout).
     """
-    e2m: list[ConnectorV2] = []
-    make_e2m = getattr(config, "env_to_module_connector", None)
-    if make_e2m is not None:
-        e2m += _as_connectors(make_e2m(env))
+    import torch
+
+    e2m: list[ConnectorV2] = _user_connectors(
+        config, "env_to_module_connector", env, spaces, torch.device("cpu")
+    )
     obs_filter = getattr(config, "observation_filter", "NoFilter")
     if obs_filter == "MeanStdFilter" or obs_filter == "ConcurrentMeanStdFilter":
-        e2m.append(MeanStdFilter(obs_space, act_space))
+        e2m.append(MeanStdFilter())
     elif obs_filter not in (None, "NoFilter"):
         raise ConfigError(
             f"observation_filter={obs_filter!r} is not supported by the new-stack runners: "
             "use 'NoFilter' or 'MeanStdFilter'."
         )
-    m2e: list[ConnectorV2] = []
-    if isinstance(act_space, gym.spaces.Box):
+    m2e: list[ConnectorV2] = _user_connectors(config, "module_to_env_connector", env, spaces, None)
+    add_defaults = getattr(config, "add_default_connectors_to_module_to_env_pipeline", True)
+    if add_defaults and isinstance(act_space, gym.spaces.Box):
         m2e.append(
             NormalizeAndClipActions(
-                obs_space,
-                act_space,
                 normalize_actions=bool(config.normalize_actions),
                 clip_actions=bool(config.clip_actions),
             )
         )
-    make_m2e = getattr(config, "module_to_env_connector", None)
-    if make_m2e is not None:
-        m2e += _as_connectors(make_m2e(env))
     return (
-        ConnectorPipelineV2(obs_space, act_space, e2m),
-        ConnectorPipelineV2(obs_space, act_space, m2e),
+        EnvToModulePipeline(obs_space, act_space, e2m),
+        ModuleToEnvPipeline(obs_space, act_space, m2e),
     )
 
 
@@ -326,21 +368,13 @@ def check_sample_counts(
     return num_timesteps, num_episodes
 
 
-def _unbatch_index(obs: Any, i: int) -> Any:
-    if isinstance(obs, dict):
-        return {k: _unbatch_index(v, i) for k, v in obs.items()}
-    if isinstance(obs, tuple):
-        return tuple(_unbatch_index(v, i) for v in obs)
-    return obs[i]
-
-
 def check_observations(runner: Any, obs: Any) -> None:
     """Raise ``SpaceError`` if a sub-env's observation lies outside its space."""
     if runner.config.disable_env_checking:
         return
     space = runner.env.single_observation_space
     for i in range(runner.num_envs):
-        item = _unbatch_index(obs, i)
+        item = row_of(obs, i)
         if not space.contains(item):
             raise SpaceError(
                 f"sub-environment {i} returned observation {item!r}, which is not in its "
@@ -354,7 +388,7 @@ def check_step(runner: Any, raw_obs: Any, actions: Any) -> None:
     check_observations(runner, raw_obs)
     space = runner.env.single_action_space
     for i in range(runner.num_envs):
-        action = _unbatch_index(actions, i)
+        action = row_of(actions, i)
         if not space.contains(np.asarray(action, dtype=getattr(space, "dtype", None))):
             raise SpaceError(
                 f"action {action!r} for sub-environment {i} is not in the action_space {space}. "

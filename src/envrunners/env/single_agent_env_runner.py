@@ -15,7 +15,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envrunners.connectors.connector_v2 import ConnectorPipelineV2, ConnectorV2
+from envrunners.connectors.connector_pipeline_v2 import ConnectorPipelineV2
+from envrunners.connectors.connector_v2 import ConnectorV2
 from envrunners.core import (
     DEFAULT_AGENT_ID,
     DEFAULT_MODULE_ID,
@@ -24,6 +25,7 @@ from envrunners.core import (
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act
 from envrunners.env import runner_setup
+from envrunners.env._sampling_connectors import SamplingConnectors
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.sampling.sample_result import EpisodeStats
@@ -48,6 +50,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         self._prev_chunks: dict[str, list[SingleAgentEpisode]] = defaultdict(list)
         self._env_to_module: ConnectorPipelineV2 = ConnectorPipelineV2()
         self._module_to_env: ConnectorPipelineV2 = ConnectorPipelineV2()
+        self._connectors = SamplingConnectors(self)
         if runner_setup.should_create_env(self.config, self.worker_index):
             self.make_env()
         else:
@@ -71,7 +74,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
                 self.env,
                 observation_space=self._env_to_module.observation_space,
                 action_space=self.env.single_action_space,
-                step_fn=self._try_env_step,
+                step_fn=self._step_env,
                 obs_fn=self._obs_to_module,
                 action_fn=self._actions_to_env,
                 reward_fn=runner_setup.reward_transform(self.config),
@@ -86,8 +89,9 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
 
     def _build_connectors(self) -> None:
         obs_space, act_space = self._single_spaces()
+        spaces = self._env_spaces() if self.env is not None else self.spaces
         self._env_to_module, self._module_to_env = runner_setup.build_connectors(
-            self.config, obs_space, act_space, env=self.env
+            self.config, obs_space, act_space, env=self.env, spaces=spaces
         )
 
     def _single_spaces(self) -> tuple[gym.Space | None, gym.Space | None]:
@@ -121,15 +125,13 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
 
     # -- connectors used by the sampler -----------------------------------------
     def _obs_to_module(self, obs: Any) -> Any:
-        if not len(self._env_to_module):
-            return obs
-        return self._env_to_module(batch={"obs": obs}, explore=self._explore)["obs"]
+        return self._connectors.obs_to_module(obs)
 
     def _actions_to_env(self, actions: np.ndarray) -> Any:
-        if not len(self._module_to_env):
-            return actions
-        batch = self._module_to_env(batch={"actions": actions}, explore=self._explore)
-        return batch.get("actions_for_env", batch["actions"])
+        return self._connectors.actions_to_env(actions)
+
+    def _step_env(self, actions: Any) -> Any:
+        return self._connectors.after_step(self._try_env_step(actions))
 
     def _act(self, obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
         """One forward of a stateless module for all sub-envs (the sampler's ``ActFn``)."""

@@ -69,7 +69,7 @@ def box_action_transform(space: Any, normalize_actions: bool, clip_actions: bool
     """Module-to-env action mapping for Box spaces (unsquash and/or clip), else None."""
     if not isinstance(space, gym.spaces.Box) or not (normalize_actions or clip_actions):
         return None
-    from envrunners.connectors.steps import NormalizeAndClipActions
+    from envrunners.connectors.module_to_env import NormalizeAndClipActions
 
     step = NormalizeAndClipActions(
         None, space, normalize_actions=normalize_actions, clip_actions=clip_actions

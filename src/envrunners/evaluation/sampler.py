@@ -130,7 +130,7 @@ class SyncSampler(SamplerInput):
             if given[name] is not None and name not in _warned:
                 _warned.add(name)
                 logger.warning("SyncSampler(%s=...) is obsolete and ignored.", name)
-        from envrunners.connectors.steps import clip_rewards_fn
+        from envrunners.connectors.reward_clipping import clip_rewards_fn
 
         self.worker = worker
         self.env = env
