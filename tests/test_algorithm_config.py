@@ -237,6 +237,22 @@ def test_model_config_merges_with_defaults():
     assert config.model["fcnet_activation"] == "relu"
 
 
+def test_model_config_accepts_a_default_model_config_like_rllib():
+    from envrunners.core.rl_module.default_model_config import DefaultModelConfig
+
+    config = AlgorithmConfig().rl_module(
+        model_config=DefaultModelConfig(use_lstm=True, lstm_cell_size=32, fcnet_hiddens=[8])
+    )
+    assert isinstance(config.model_config, dict)
+    assert config.model_config["use_lstm"] is True
+    assert config.model_config["lstm_cell_size"] == 32
+    assert config.model_config["fcnet_hiddens"] == [8]
+    # The dataclass's own defaults come along (RLlib 2.60: vf_share_layers=True).
+    assert config.model_config["vf_share_layers"] is True
+    with pytest.raises(ConfigError, match="model_config"):
+        AlgorithmConfig().rl_module(model_config=DefaultModelConfig)  # the class, not one
+
+
 # --------------------------------------------------------------------------- errors
 
 

@@ -10,6 +10,7 @@ normalised, e.g. an enum turned into its string) or raises ``ConfigError``.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import numbers
 from collections.abc import Callable, Mapping
@@ -285,7 +286,12 @@ def int_or_auto(low: int) -> Check:
 
 
 def model_config(name: str, value: Any) -> dict:
-    """Accept a dict; missing keys are filled from the model defaults."""
+    """Accept a dict or a ``DefaultModelConfig`` (as RLlib does; stored as its dict).
+
+    Missing keys are filled from the model defaults.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
     return {**MODEL_DEFAULTS, **mapping(name, value)}
 
 
