@@ -17,10 +17,13 @@ import numpy as np
 
 from envrunners.connectors.connector_v2 import ConnectorPipelineV2, ConnectorV2
 from envrunners.connectors.steps import MeanStdFilter, NormalizeAndClipActions, clip_rewards_fn
+from envrunners.core.columns import Columns
+from envrunners.core.rl_module._acting import act, initial_state_batch
 from envrunners.env.env_context import EnvContext
 from envrunners.env.registry import check_is_env, resolve_env_creator
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 from envrunners.errors import ConfigError, EnvCreatorError, SpaceError
+from envrunners.sampling.buffers import RecurrentState, tree_map
 
 logger = logging.getLogger("envrunners")
 
@@ -231,13 +234,34 @@ def build_module(config: Any, spaces: tuple[gym.Space, gym.Space], inference_onl
 
 
 def compute_actions(module: Any, obs: Any, explore: bool, t: int) -> dict[str, np.ndarray]:
-    """Actions (and extra model outputs) for a batch of observations, as numpy."""
-    fast = getattr(module, "compute_actions_numpy", None)
-    if fast is not None:
-        return fast(obs, explore=explore)
-    from envrunners.core.rl_module import default_torch_rl_module as default_model
+    """Actions (and extra model outputs) of a stateless module for a batch, as numpy.
 
-    return default_model.compute_actions_numpy(module, obs, explore=explore, t=t)
+    One ``_acting.act`` call (the default module takes its numpy fast path there);
+    the timestep ``t`` goes to the forward pass of other modules.
+    """
+    actions, out, _ = act(module, obs, explore, t=t)
+    out[Columns.ACTIONS] = actions
+    return out
+
+
+def recurrent_state(module: Any, num_envs: int, action_space: gym.Space) -> RecurrentState | None:
+    """The sampler's per-sub-env state column for a stateful module (None if stateless).
+
+    Feeds ``prev_actions`` / ``prev_rewards`` when the module's ``model_config`` asks
+    for them (``lstm_use_prev_action`` / ``lstm_use_prev_reward``).
+    """
+    if module is None or not module.is_stateful():
+        return None
+    model_config = getattr(module, "model_config", None) or {}
+    initial = tree_map(lambda leaf: leaf[0], initial_state_batch(module, 1))
+    return RecurrentState(
+        initial,
+        num_envs,
+        prev_action_example=(
+            action_space.sample() if model_config.get("lstm_use_prev_action") else None
+        ),
+        prev_rewards=bool(model_config.get("lstm_use_prev_reward")),
+    )
 
 
 @contextlib.contextmanager

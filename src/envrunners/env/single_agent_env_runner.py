@@ -21,6 +21,7 @@ from envrunners.core import (
     DEFAULT_MODULE_ID,
     INPUT_ENV_SINGLE_SPACES,
 )
+from envrunners.core.rl_module._acting import act
 from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
@@ -75,6 +76,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
                 reward_fn=runner_setup.reward_transform(self.config),
                 lookback=self.config.episode_lookback_horizon,
             )
+            self._use_module_state()
         self._env_created()
 
     def _spaces_unchanged(self) -> bool:
@@ -103,6 +105,18 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
             return
         self.module = runner_setup.build_module(self.config, spaces[DEFAULT_MODULE_ID])
         self._module_error = None
+        self._use_module_state()
+
+    def _use_module_state(self) -> None:
+        """Give the sampler a per-sub-env state column if the module is stateful.
+
+        A rebuilt module or sampler starts every sub-env from the initial state.
+        """
+        if self._sampler is None or getattr(self, "module", None) is None:
+            return
+        self._sampler.recurrent = runner_setup.recurrent_state(
+            self.module, self._sampler.num_envs, self._sampler.action_space
+        )
 
     # -- connectors used by the sampler -----------------------------------------
     def _obs_to_module(self, obs: Any) -> Any:
@@ -117,11 +131,20 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         return batch.get("actions_for_env", batch["actions"])
 
     def _act(self, obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
+        """One forward of a stateless module for all sub-envs (the sampler's ``ActFn``)."""
         start = time.perf_counter()
-        out = runner_setup.compute_actions(self.module, obs, explore, t)
+        actions, out, _ = act(self.module, obs, explore, t=t)
         self._inference_time += time.perf_counter() - start
-        actions = out.pop("actions")
         return actions, out
+
+    def _act_stateful(
+        self, obs: Any, explore: bool, t: int, state: Any, extra_inputs: dict | None
+    ) -> tuple[Any, dict, Any]:
+        """One forward of a stateful module for all sub-envs (a ``StatefulActFn``)."""
+        start = time.perf_counter()
+        result = act(self.module, obs, explore, state, extra_inputs=extra_inputs, t=t)
+        self._inference_time += time.perf_counter() - start
+        return result
 
     # -- sampling ------------------------------------------------------------------
     def sample(
@@ -153,7 +176,13 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         t_offset = self._t_offset()
         with runner_setup.torch_threads(self.config, self.worker_index):
             result = sampler.run(
-                act_fn=None if random_actions else self._act,
+                act_fn=(
+                    None
+                    if random_actions
+                    else self._act
+                    if sampler.recurrent is None
+                    else self._act_stateful
+                ),
                 explore=self._explore,
                 num_timesteps=num_timesteps,
                 num_episodes=num_episodes,

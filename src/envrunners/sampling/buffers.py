@@ -4,6 +4,8 @@ Each vector step writes one row per column with a single numpy assignment;
 episodes are cut out of the buffers at the end of ``sample()`` by slicing.
 Columns may be nested (dict/tuple of arrays, for Dict/Tuple spaces). Buffers
 grow by doubling, so an episode-mode call of unknown length never overflows.
+``RecurrentState`` is the one column that is not time-major: a stateful
+module's current state, one row per sub-env, carried from step to step.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ColumnBuffer", "tree_map"]
+__all__ = ["ColumnBuffer", "RecurrentState", "tree_map"]
 
 
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
@@ -23,6 +25,13 @@ def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     if isinstance(tree, tuple | list):
         return type(tree)(tree_map(fn, v, *(r[i] for r in rest)) for i, v in enumerate(tree))
     return fn(tree, *rest)
+
+
+def _with_rows(leaf: np.ndarray, value: Any, rows: list[int]) -> np.ndarray:
+    """A copy of ``leaf`` with ``leaf[rows] = value``."""
+    leaf = np.array(leaf)
+    leaf[rows] = value
+    return leaf
 
 
 def _leaf_alloc(example: np.ndarray, capacity: int) -> np.ndarray:
@@ -66,3 +75,74 @@ class ColumnBuffer:
         if isinstance(self.data, np.ndarray):
             return self.data[row]
         return tree_map(lambda buf: buf[row], self.data)
+
+
+class RecurrentState:
+    """A stateful module's state for every sub-env, plus its previous action and reward.
+
+    ``state`` is nested like ``module.get_initial_state()`` with ``num_envs`` rows
+    per leaf; the sampler feeds it to the module, replaces it with the module's
+    ``state_out`` after every forward and puts a sub-env's rows back to ``initial``
+    when that sub-env starts a new episode. It lives as long as the sampler, so it
+    is carried across ``sample()`` calls. ``extra_inputs`` holds ``prev_actions``
+    / ``prev_rewards`` (zeros at an episode start) when the module reads them, as
+    RLlib's ``PrevActionsPrevRewards`` connector provides them.
+
+    Args:
+        initial: One sub-env's initial state (numpy leaves, e.g. ``(1, cell)``).
+        num_envs: Rows per leaf.
+        prev_action_example: One action (e.g. ``action_space.sample()``) to feed
+            ``prev_actions`` of its shape and dtype (``lstm_use_prev_action``); None: no.
+        prev_rewards: Feed ``prev_rewards`` (``lstm_use_prev_reward``).
+    """
+
+    __slots__ = ("initial", "num_envs", "state", "extra_inputs", "_prev_action", "_prev_rewards")
+
+    def __init__(
+        self,
+        initial: Any,
+        num_envs: int,
+        *,
+        prev_action_example: Any = None,
+        prev_rewards: bool = False,
+    ):
+        self.initial = tree_map(np.asarray, initial)
+        self.num_envs = num_envs
+        self.state: Any = None
+        self._prev_action = prev_action_example
+        self._prev_rewards = prev_rewards
+        #: ``{"prev_actions": ..., "prev_rewards": ...}`` (B rows) or None.
+        self.extra_inputs: dict[str, Any] | None = None
+        self.reset()
+
+    def reset(self, rows: list[int] | None = None) -> None:
+        """Put the given sub-envs (all if None) back to the initial state and zero inputs."""
+        if rows is None or self.state is None:
+            n = self.num_envs
+            self.state = tree_map(lambda v: np.repeat(v[None], n, axis=0), self.initial)
+            if self._prev_rewards or self._prev_action is not None:
+                self.extra_inputs = {}
+            if self._prev_action is not None:
+                self.extra_inputs["prev_actions"] = tree_map(
+                    lambda a: np.zeros((n, *np.shape(a)), np.asarray(a).dtype), self._prev_action
+                )
+            if self._prev_rewards:
+                self.extra_inputs["prev_rewards"] = np.zeros(n, np.float32)
+            return
+        # Copies: ``state`` is the module's ``state_out``, which it may still hold.
+        self.state = tree_map(
+            lambda leaf, init: _with_rows(leaf, init, rows), self.state, self.initial
+        )
+        if self.extra_inputs is not None:
+            for value in self.extra_inputs.values():
+                tree_map(lambda leaf: leaf.__setitem__(rows, 0), value)
+
+    def after_step(self, actions: Any, rewards: np.ndarray) -> None:
+        """Remember this step's actions / rewards as the next step's previous ones."""
+        inputs = self.extra_inputs
+        if inputs is None:
+            return
+        if self._prev_action is not None:
+            inputs["prev_actions"] = tree_map(np.copy, actions)
+        if self._prev_rewards:
+            inputs["prev_rewards"] = rewards.astype(np.float32)

@@ -7,6 +7,12 @@ objects are made: episodes (``SingleAgentEpisode``) are built once per
 followed: the step after a sub-env's episode ended returns its reset observation,
 ignores its action and is not counted as a timestep.
 
+A stateful module (``recurrent`` set) gets its state as a per-sub-env column in
+the same single forward; the state it returns is recorded per step under
+``Columns.STATE_OUT`` in the episodes' extra model outputs (nested like
+``get_initial_state()``, one ``(1, cell)``-like row per step, as RLlib records
+it) and reset to the initial state for each sub-env whose episode starts.
+
 The same loop serves ``SingleAgentEnvRunner`` and the old-stack ``RolloutWorker``
 (which turns the episodes into ``SampleBatch``es at the edge).
 """
@@ -21,16 +27,24 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envrunners.core.columns import Columns
 from envrunners.env._episode_ids import new_episode_id
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.single_agent_episode import SingleAgentEpisode
-from envrunners.sampling.buffers import ColumnBuffer, tree_map
+from envrunners.sampling.buffers import ColumnBuffer, RecurrentState, tree_map
 from envrunners.sampling.sample_result import EpisodeStats, SampleResult
 
-__all__ = ["ActFn", "SingleAgentSampleResult", "SingleAgentSampler"]
+__all__ = ["ActFn", "SingleAgentSampleResult", "SingleAgentSampler", "StatefulActFn"]
 
 #: ``act_fn(obs_batch, explore, t) -> (actions, extra_model_outputs)``
 ActFn = Callable[[Any, bool, int], tuple[np.ndarray, dict[str, np.ndarray]]]
+
+#: With ``sampler.recurrent`` set: ``act_fn(obs_batch, explore, t, state, extra_inputs)
+#: -> (actions, extra_model_outputs, state_out)``; ``state`` / ``state_out`` have one
+#: row per sub-env, ``extra_inputs`` is ``recurrent.extra_inputs`` (None or prev actions/rewards).
+StatefulActFn = Callable[
+    [Any, bool, int, Any, "dict[str, Any] | None"], tuple[Any, dict[str, Any], Any]
+]
 
 #: What ``run()`` returns.
 SingleAgentSampleResult = SampleResult[SingleAgentEpisode, EpisodeStats]
@@ -109,6 +123,8 @@ class SingleAgentSampler:
         self.weights_seq_no = 0
         #: Called with (raw_obs, actions_for_env) on the next step only (env checking).
         self.check_fn: Callable[[Any, Any], None] | None = None
+        #: A stateful module's per-sub-env state (None: stateless, ``act_fn`` is an ``ActFn``).
+        self.recurrent: RecurrentState | None = None
 
     # -- episode state -------------------------------------------------------------
     def start(self, raw_obs: Any, infos: list[dict]) -> None:
@@ -118,6 +134,8 @@ class SingleAgentSampler:
         self._pending[:] = False
         self._states = [_new_episode_state() for _ in range(self.num_envs)]
         self._lb_len = [0] * self.num_envs
+        if self.recurrent is not None:
+            self.recurrent.reset()
 
     @property
     def started(self) -> bool:
@@ -168,7 +186,7 @@ class SingleAgentSampler:
     def run(
         self,
         *,
-        act_fn: ActFn | None,
+        act_fn: ActFn | StatefulActFn | None,
         explore: bool,
         num_timesteps: int | None = None,
         num_episodes: int | None = None,
@@ -181,8 +199,9 @@ class SingleAgentSampler:
         sub-env that stepped (continued by the next call with the same id);
         episode mode returns finished episodes only.
 
-        Per vector step the loop does one act, one env step, one row write per
-        column and a few whole-batch numpy ops; which rows belong to which episode
+        ``act_fn`` is a ``StatefulActFn`` when ``recurrent`` is set. Per vector step
+        the loop does one act, one env step, one row write per column and a few
+        whole-batch numpy ops; which rows belong to which episode
         is noted as ``(sub-env, first row, last row)`` and all episodes are cut out
         of the buffers after the loop.
         """
@@ -212,6 +231,7 @@ class SingleAgentSampler:
             self.reward_fn,
         )
         has_errors = hasattr(env, "last_errors") and hasattr(env, "failed")
+        recurrent = None if random_actions else self.recurrent
         ts = eps = 0
         row = base
         while (eps < target) if episode_mode else (ts < target):
@@ -220,14 +240,23 @@ class SingleAgentSampler:
             if random_actions or act_fn is None:
                 actions = np.asarray(action_space.sample())
                 extras: dict[str, np.ndarray] = {}
-            else:
+            elif recurrent is None:
                 actions, extras = act_fn(self._obs.row(row), explore, t_offset + ts)
+            else:
+                actions, extras, state_out = act_fn(
+                    self._obs.row(row),
+                    explore,
+                    t_offset + ts,
+                    recurrent.state,
+                    recurrent.extra_inputs,
+                )
+                extras[Columns.STATE_OUT] = recurrent.state = state_out
             env_actions = action_fn(actions)
             results = step_fn(env_actions)
             if results is ENV_STEP_FAILURE:
                 # The whole vector env was recreated (the step_fn logged the failure):
                 # every in-progress episode is lost, including those that finished in
-                # this call but were not returned yet.
+                # this call but were not returned yet; ``start`` resets the state.
                 result.num_env_failures += 1
                 result.num_dropped_episodes += n_envs - len(pending)
                 obs, infos = self._reset_after_failure()
@@ -260,11 +289,16 @@ class SingleAgentSampler:
             self._infos[row] = infos if any(infos) else None
             ts += n_envs - len(new_start)
             done = np.logical_or(terms, truncs)
+            if recurrent is not None:
+                recurrent.after_step(actions, self._rewards[row - 1])
             if new_start:
                 for i in new_start:
                     seg_start[i] = row
                     states[i] = _new_episode_state()
                 done[new_start] = False
+                if recurrent is not None:
+                    # The reset observation in this row starts from the initial state.
+                    recurrent.reset(new_start)
             if done.any():
                 pending = np.flatnonzero(done).tolist()
                 now = time.time()
