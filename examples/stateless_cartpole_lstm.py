@@ -10,6 +10,7 @@ backpropagation through time. ``envrunners train --env
 envrunners/StatelessCartPole-v1 --use-lstm`` runs the same setup from the command line.
 
 Run: python examples/stateless_cartpole_lstm.py [--num-env-runners 2] [--stop-reward 150]
+     python examples/stateless_cartpole_lstm.py --no-lstm   # the MLP baseline, for contrast
      python examples/stateless_cartpole_lstm.py --num-env-runners 0 --iterations 2   # smoke
 """
 
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--max-seq-len", type=int, default=20)
     parser.add_argument("--stop-reward", type=float, default=150.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-lstm", action="store_true", help="baseline: the same PPO with a memoryless MLP"
+    )
     args = parser.parse_args(argv)
 
     config = (
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> float:
         )
         .rl_module(
             model_config={
-                "use_lstm": True,
+                "use_lstm": not args.no_lstm,
                 "lstm_cell_size": args.lstm_cell_size,
                 "max_seq_len": args.max_seq_len,
                 "fcnet_hiddens": [64],

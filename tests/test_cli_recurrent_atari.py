@@ -79,6 +79,27 @@ def test_bad_lstm_numbers_are_argparse_errors(capsys, bad):
     assert code == 2 and "--max-seq-len" in err
 
 
+def test_train_lstm_resume_and_sample(tmp_path):
+    out = tmp_path / "lstm"
+    proc = run_cli("train", "--env", "envrunners/StatelessCartPole-v1", *TINY_LSTM,
+                   "--stop-timesteps", "256", "--no-progress", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("Training PPO (LSTM policy) on envrunners/StatelessCartPole-v1")
+    state, _ = load_state(out / "checkpoint")
+    assert "lstm.weight_hh_l0" in state["learner"]["rl_module"]
+    assert (state["run"]["use_lstm"], state["run"]["lstm_cell_size"]) == (True, 16)
+    rows = read_csv(out / "metrics.csv")
+    assert len(rows) == 2 and rows[-1]["policy_loss"] and rows[-1]["vf_loss"]
+    # Resume without the flags: the checkpoint's LSTM settings and weights carry on.
+    proc = run_cli("train", "--resume", str(out), "--stop-timesteps", "384", "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("Resuming PPO (LSTM policy)")
+    assert int(read_csv(out / "metrics.csv")[-1]["env_steps"]) >= 384
+    proc = run_cli("sample", "--env", "envrunners/StatelessCartPole-v1", "--checkpoint",
+                   str(out), "--num-env-runners", "0", "--timesteps", "64")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 # ---------------------------------------------------------------------- Atari
 def test_atari_ids_get_the_wrapping():
     assert atari_env.wrapping_note("CartPole-v1") == ""
