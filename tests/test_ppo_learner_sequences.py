@@ -30,7 +30,7 @@ OBS_SPACE = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
 ACT_SPACE = gym.spaces.Discrete(2)
 
 
-def _learner(cls=PPOLearner, share=True, **training):
+def _learner(cls=PPOLearner, share=True, prev=False, **training):
     config = (
         PPOConfig()
         .training(minibatch_size=6, num_epochs=2, lr=1e-2, gamma=0.9, lambda_=0.8, **training)
@@ -41,6 +41,8 @@ def _learner(cls=PPOLearner, share=True, **training):
                 "max_seq_len": T,
                 "fcnet_hiddens": [4],
                 "vf_share_layers": share,
+                "lstm_use_prev_action": prev,
+                "lstm_use_prev_reward": prev,
             }
         )
         .debugging(seed=0)
@@ -62,7 +64,7 @@ def _episode(tag, n, *, t_started=0, terminated=False, lookback_state=None, stat
     lookback = 0
     if lookback_state is not None:  # one step of the previous chunk before this one
         obs = [np.full(2, tag - 1, np.float32), *obs]
-        actions, rewards, logp = [0, *actions], [0.0, *rewards], [-0.69, *logp]
+        actions, rewards, logp = [1, *actions], [9.0, *rewards], [-0.69, *logp]
         outs = [lookback_state, *outs]
         lookback = 1
     return SingleAgentEpisode(
@@ -248,3 +250,69 @@ def test_separate_critic_lstm_gets_its_own_state_in():
     np.testing.assert_array_equal(state_in["actor"]["h"][:, 0, 0], [0.0, 102.5])
     np.testing.assert_array_equal(state_in["critic"]["h"][:, 0, 0], [0.0, 1102.5])
     assert learner.update([episode])["num_env_steps_trained"] == 4.0
+
+
+def test_prev_actions_and_rewards_per_position():
+    learner = _learner(prev=True)
+    batch = learner.build_batch(_episodes())
+    # Zeros at an episode's start, the lookback's at a continued chunk's start, then the
+    # step before each position; padding 0.
+    np.testing.assert_array_equal(
+        batch["prev_actions"], [[0, 0, 1], [0, 1, 0], [1, 0, 1], [0, 0, 1], [0, 1, 0]]
+    )
+    np.testing.assert_array_equal(
+        batch["prev_rewards"], [[0, 1, 2], [3, 4, 0], [9, 1, 2], [0, 1, 2], [3, 4, 5]]
+    )
+    assert batch["prev_rewards"].dtype == np.float32
+    assert learner.update(_episodes())["num_env_steps_trained"] == 13.0
+
+
+@pytest.mark.parametrize("share, prev", [(True, False), (False, True)])
+def test_sequences_reproduce_the_samplers_log_probs(share, prev):
+    """End to end: rebuilt from the recorded STATE_OUT (and previous actions / rewards),
+    the learner's sequences give back the sampler's own action log-probs, also for
+    chunks that continue an episode from an earlier ``sample()`` call."""
+    from envrunners.env.env_runner_group import EnvRunnerGroup
+
+    config = (
+        PPOConfig()
+        .environment("envrunners/StatelessCartPole-v1")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=3)
+        .rl_module(
+            model_config={
+                "use_lstm": True,
+                "lstm_cell_size": 8,
+                "max_seq_len": 4,
+                "fcnet_hiddens": [8],
+                "vf_share_layers": share,
+                "lstm_use_prev_action": prev,
+                "lstm_use_prev_reward": prev,
+            }
+        )
+        .debugging(seed=1)
+    )
+    group = EnvRunnerGroup(config=config)
+    try:
+        learner = PPOLearner.from_group(config, group)
+        group.sync_weights(from_worker_or_learner_group=learner)
+        group.local_env_runner.sample(num_timesteps=30)  # so that later chunks continue
+        episodes = group.local_env_runner.sample(num_timesteps=60)
+    finally:
+        group.stop()
+    assert any(e.t_started > 0 for e in episodes)
+    batch = learner.build_batch(episodes)
+    inputs = {k: batch[k] for k in (Columns.OBS, "prev_actions", "prev_rewards") if k in batch}
+    inputs = {k: torch.from_numpy(v) for k, v in inputs.items()}
+    inputs[Columns.STATE_IN] = _to_torch(batch[Columns.STATE_IN])
+    with torch.no_grad():
+        out = learner.module.forward_train(inputs)
+    dist = learner.dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
+    logp = dist.logp(torch.from_numpy(batch[Columns.ACTIONS])).numpy()
+    mask = batch[Columns.LOSS_MASK]
+    np.testing.assert_allclose(logp[mask], batch[Columns.ACTION_LOGP][mask], atol=1e-5)
+
+
+def _to_torch(state):
+    if isinstance(state, dict):
+        return {k: _to_torch(v) for k, v in state.items()}
+    return torch.from_numpy(state)

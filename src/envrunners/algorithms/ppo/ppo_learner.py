@@ -63,6 +63,7 @@ import torch
 
 from envrunners.core import DEFAULT_MODULE_ID, _nested
 from envrunners.core.columns import Columns
+from envrunners.core.rl_module.default_torch_rl_module import PREV_ACTIONS, PREV_REWARDS
 from envrunners.policy.torch_policy import schedule_value
 
 __all__ = ["Adam", "PGLearner", "PPOLearner", "compute_gae", "sequence_layout"]
@@ -261,9 +262,13 @@ class PPOLearner:
         state. Chunks without ``STATE_OUT`` use the initial state throughout (RLlib's
         fallback).
 
+        With ``lstm_use_prev_action`` / ``lstm_use_prev_reward`` each position also
+        gets the action / reward of the step before it (the lookback's at a chunk
+        start, zeros at an episode's start), as the sampler fed them.
+
         Returns:
-            ``obs`` (``(S, T, ...)``), ``state_in`` (``(S, ...)`` leaves) and
-            ``positions`` (the ``(rows, cols)`` of ``sequence_layout`` over ``len + 1``).
+            ``obs`` (``(S, T, ...)``), ``state_in`` (``(S, ...)`` leaves), maybe
+            ``prev_actions`` / ``prev_rewards`` (``(S, T, ...)``), and ``positions`` (the ``(rows, cols)`` of ``sequence_layout`` over ``len + 1``).
         """
         horizon = self._max_seq_len()
         rows, cols, seq_lens = sequence_layout(lengths + 1, horizon)
@@ -271,9 +276,22 @@ class PPOLearner:
             lambda t: np.asarray(t.detach().cpu() if torch.is_tensor(t) else t),
             self.module.get_initial_state(),
         )
+        model_config = getattr(self.module, "model_config", None) or {}
+        # The LSTM may also read the previous action / reward of every position.
+        prev_keys = [
+            (key, getter)
+            for key, flag, getter in (
+                (PREV_ACTIONS, "lstm_use_prev_action", "get_actions"),
+                (PREV_REWARDS, "lstm_use_prev_reward", "get_rewards"),
+            )
+            if model_config.get(flag)
+        ]
         obs_parts, state_parts = [], []
+        prev_parts: dict[str, list] = {key: [] for key, _ in prev_keys}
         for episode, n in zip(chunks, lengths):
             obs_parts.append(_stacked(episode.get_observations()))
+            for key, getter in prev_keys:
+                prev_parts[key].append(_previous(episode, getattr(episode, getter)))
             if Columns.STATE_OUT in episode.extra_model_outputs:
                 outs = _stacked(episode.get_extra_model_outputs(Columns.STATE_OUT))
                 before = initial
@@ -299,7 +317,14 @@ class PPOLearner:
         state_in = _nested.map_structure(
             lambda *parts: np.concatenate(parts).astype(np.float32), *state_parts
         )
-        return {Columns.OBS: obs, Columns.STATE_IN: state_in, "positions": (rows, cols)}
+        inputs = {Columns.OBS: obs, Columns.STATE_IN: state_in, "positions": (rows, cols)}
+        for key, parts in prev_parts.items():
+            inputs[key] = _nested.map_structure(
+                lambda *p: _scatter(np.concatenate(p), rows, cols, grid), *parts
+            )
+        if PREV_REWARDS in inputs:  # float32, as the sampler feeds them
+            inputs[PREV_REWARDS] = inputs[PREV_REWARDS].astype(np.float32)
+        return inputs
 
     @staticmethod
     def _to_sequences(
@@ -323,7 +348,8 @@ class PPOLearner:
         """``V(obs)`` from the module's value head, as float32 numpy (one batched call).
 
         ``inputs`` holds ``obs`` (``(N, ...)``), or for a stateful module ``obs``
-        sequences ``(S, T, ...)`` and their ``state_in``; the result is ``(N,)`` or ``(S, T)``.
+        sequences ``(S, T, ...)``, their ``state_in`` (and ``prev_actions`` /
+        ``prev_rewards`` if the LSTM reads them); the result is ``(N,)`` or ``(S, T)``.
         """
         with torch.no_grad():
             values = self.module.compute_values(_nested.map_structure(torch.from_numpy, inputs))
@@ -611,10 +637,27 @@ class Adam:
 
 
 def _forward_inputs(mb: dict[str, Any]) -> dict[str, Any]:
-    """What ``forward_train`` reads from a minibatch: ``obs``, and ``state_in`` if stateful."""
-    if Columns.STATE_IN in mb:
-        return {Columns.OBS: mb[Columns.OBS], Columns.STATE_IN: mb[Columns.STATE_IN]}
-    return {Columns.OBS: mb[Columns.OBS]}
+    """What ``forward_train`` reads from a minibatch: ``obs``, and the recurrent inputs if any."""
+    if Columns.STATE_IN not in mb:
+        return {Columns.OBS: mb[Columns.OBS]}
+    keys = (Columns.OBS, Columns.STATE_IN, PREV_ACTIONS, PREV_REWARDS)
+    return {k: mb[k] for k in keys if k in mb}
+
+
+def _previous(episode: Any, getter: Any) -> Any:
+    """Per position ``0..len``, the action (or reward) of the step before it.
+
+    Position 0 gets the lookback's last one when the chunk continues an episode, else
+    zeros (an episode's first step has none); position ``p`` gets step ``p - 1``'s.
+    """
+    values = _stacked(getter())
+    if episode.t_started > 0:
+        before = _stacked(getter(-1, neg_index_as_lookback=True, fill=0))
+    else:
+        before = _nested.map_structure(lambda v: np.zeros_like(v[0]), values)
+    return _nested.map_structure(
+        lambda b, v: np.concatenate([np.asarray(b, v.dtype)[None], v]), before, values
+    )
 
 
 def _mean_fn(mb: dict[str, Any]) -> Any:
