@@ -143,8 +143,11 @@ def counter_spec(**model_config):
     return RLModuleSpec(module_class=CounterModule, model_config=model_config)
 
 
-def check_counts(episodes):
-    """count_in == step index in the episode, STATE_OUT == count_in + 1, every step."""
+def check_counts(episodes, counting_env=False):
+    """count_in == step index in the episode, STATE_OUT == count_in + 1, every step.
+
+    ``counting_env``: the observations count the episode's steps too (CountingEnv).
+    """
     for e in episodes:
         count_in = e.get_extra_model_outputs("count_in")
         state_out = e.get_extra_model_outputs(SO)
@@ -153,6 +156,8 @@ def check_counts(episodes):
         expected = np.arange(e.t_started, e.t_started + len(e), dtype=np.float32)
         np.testing.assert_array_equal(count_in, expected)
         np.testing.assert_array_equal(state_out["count"][:, 0], expected + 1)
+        if counting_env:
+            np.testing.assert_array_equal(e.get_observations()[:-1, 0], count_in)
 
 
 # -- user modules -----------------------------------------------------------------------
@@ -229,10 +234,7 @@ def test_state_reset_on_autoreset_row_counting_env():
     try:
         for _ in range(4):
             eps = runner.sample(num_timesteps=7)
-            check_counts(eps)
-            for e in eps:
-                obs = e.get_observations()[:-1, 0]
-                np.testing.assert_array_equal(obs, e.get_extra_model_outputs("count_in"))
+            check_counts(eps, counting_env=True)
     finally:
         runner.stop()
 
@@ -263,13 +265,37 @@ def test_sub_env_restart_resets_only_that_sub_envs_state():
         eps = runner.sample(num_timesteps=12)
         eps += runner.sample(num_timesteps=12)
         assert FailingEnv.failures == 1
-        check_counts(eps)
+        check_counts(eps, counting_env=True)
         # Sub-env 1 never failed: its one episode counted on without a reset.
         state = runner._sampler.recurrent.state["count"][:, 0]
         assert state[1] > state[0] >= 1
-        for e in eps:
-            obs = e.get_observations()[:-1, 0]
-            np.testing.assert_array_equal(obs, e.get_extra_model_outputs("count_in"))
+    finally:
+        runner.stop()
+
+
+def test_recreated_async_env_resets_every_state(tmp_path):
+    """A sub-env raising in an async vector env: the runner recreates the whole env."""
+    FailingEnv.failures = 0
+    env_config = {"episode_len": 50, "fail_at_step": 4, "flag_file": str(tmp_path / "failed")}
+    config = (
+        AlgorithmConfig()
+        .environment(FailingEnv, env_config=env_config)
+        .env_runners(num_envs_per_env_runner=2, gym_env_vectorize_mode="async")
+        .fault_tolerance(restart_failed_sub_environments=True)
+        .rl_module(rl_module_spec=counter_spec())
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        eps = runner.sample(num_timesteps=10)
+        assert (tmp_path / "failed").exists()
+        assert runner.get_metrics()["num_env_step_failures"] == 1
+        # 3 steps before the failure were lost; both sub-envs restarted from 0.
+        np.testing.assert_array_equal(runner._sampler.recurrent.state["count"][:, 0], [5, 5])
+        # The recreated env is reset once more by the next sample() (as RLlib's
+        # make_env asks for), and the state with it.
+        eps += runner.sample(num_timesteps=6)
+        np.testing.assert_array_equal(runner._sampler.recurrent.state["count"][:, 0], [3, 3])
+        check_counts(eps, counting_env=True)
     finally:
         runner.stop()
 
@@ -301,12 +327,8 @@ def test_whole_env_failure_resets_every_state():
     sampler.start(*env.reset())
     result = sampler.run(act_fn=act_fn, explore=True, num_timesteps=10)
     assert result.num_env_failures == 1
-    check_counts(result.episodes)
+    check_counts(result.episodes, counting_env=True)
     assert all(e.t_started == 0 for e in result.episodes)
-    for e in result.episodes:
-        np.testing.assert_array_equal(
-            e.get_observations()[:-1, 0], e.get_extra_model_outputs("count_in")
-        )
 
 
 def test_prev_actions_and_rewards_fed_zero_at_episode_start():
@@ -452,7 +474,7 @@ def test_default_lstm_on_stateless_cartpole():
             assert sum(len(e) for e in eps) >= 64
             for e in eps:
                 assert e.get_observations().shape[1:] == (2,)
-                states = e.get_extra_model_outputs(SO)
-                assert states["h"].shape == (len(e), 1, 16)
+                n = len(e)
+                tree_map(lambda s, n=n: _assert_shape(s, (n, 1, 16)), e.get_extra_model_outputs(SO))
     finally:
         runner.stop()

@@ -21,6 +21,7 @@ from envrunners.core import (
     DEFAULT_MODULE_ID,
     INPUT_ENV_SINGLE_SPACES,
 )
+from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act
 from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
@@ -133,8 +134,9 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
     def _act(self, obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
         """One forward of a stateless module for all sub-envs (the sampler's ``ActFn``)."""
         start = time.perf_counter()
-        actions, out, _ = act(self.module, obs, explore, t=t)
+        out = runner_setup.compute_actions(self.module, obs, explore, t)
         self._inference_time += time.perf_counter() - start
+        actions = out.pop(Columns.ACTIONS)
         return actions, out
 
     def _act_stateful(

@@ -231,7 +231,9 @@ class SingleAgentSampler:
             self.reward_fn,
         )
         has_errors = hasattr(env, "last_errors") and hasattr(env, "failed")
-        recurrent = None if random_actions else self.recurrent
+        # Random actions do not run the module: the state stands still (no STATE_OUT
+        # is recorded) but is still reset when a sub-env's episode starts.
+        recurrent = self.recurrent
         ts = eps = 0
         row = base
         while (eps < target) if episode_mode else (ts < target):
