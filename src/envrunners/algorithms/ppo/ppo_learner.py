@@ -268,7 +268,8 @@ class PPOLearner:
 
         Returns:
             ``obs`` (``(S, T, ...)``), ``state_in`` (``(S, ...)`` leaves), maybe
-            ``prev_actions`` / ``prev_rewards`` (``(S, T, ...)``), and ``positions`` (the ``(rows, cols)`` of ``sequence_layout`` over ``len + 1``).
+            ``prev_actions`` / ``prev_rewards`` (``(S, T, ...)``), and ``positions``
+            (the ``(rows, cols)`` of ``sequence_layout`` over ``len + 1``).
         """
         horizon = self._max_seq_len()
         rows, cols, seq_lens = sequence_layout(lengths + 1, horizon)
