@@ -44,6 +44,14 @@ def test_single_agent_ppo():
     assert out.count("iter ") == 2 and "mean return" in out
 
 
+def test_stateless_cartpole_lstm():
+    out = run_example(
+        "stateless_cartpole_lstm.py", "--num-env-runners", "0", "--iterations", "2",
+        "--num-envs-per-env-runner", "2", "--train-batch-size", "128", "--lstm-cell-size", "8",
+    )  # fmt: skip
+    assert out.count("iter ") == 2 and "mean return" in out
+
+
 def test_multi_agent_pettingzoo():
     out = run_example("multi_agent_pettingzoo.py", "--timesteps", "200")
     assert "walker_0: mean return" in out and "walker_1: mean return" in out

@@ -26,8 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envrunners._cli import arguments, input_checks
+from envrunners._cli import arguments, atari_env, input_checks
 from envrunners._cli.embedded_ray import embedded_ray, quiet_loggers
+from envrunners._cli.train import model_config
 from envrunners._cli.train_checkpoint import load_checkpoint
 from envrunners.errors import CliError
 
@@ -147,12 +148,14 @@ def build_config(args: argparse.Namespace, run: dict | None) -> Any:
             policies={mapping(a) for a in agents}, policy_mapping_fn=mapping
         )
     else:
+        if atari_env.is_atari_id(args.env):
+            atari_env.ensure_ale()
         input_checks.check_env_id(args.env)
         input_checks.probe_env(args.env)
-        config = config.environment(args.env)
+        config = config.environment(atari_env.config_env(args.env))
     if run is not None:
         config = config.env_runners(observation_filter=run.get("obs_filter", "NoFilter"))
-        config = config.rl_module(model_config={"fcnet_hiddens": list(run.get("hidden", [64]))})
+        config = config.rl_module(model_config=model_config({"hidden": [64], **run}))
     return config.debugging(seed=args.seed)
 
 
@@ -170,6 +173,8 @@ def run_sample(args: argparse.Namespace) -> int:
         input_checks.prepare_output_dir(args.output, "--output directory") if args.output else None
     )
     config = build_config(args, saved["run"] if saved else None)
+    if not args.multi_agent and atari_env.wrapping_note(args.env):
+        print(f"Sampling {args.env}{atari_env.wrapping_note(args.env)}.", flush=True)
     debug = bool(getattr(args, "debug", False))
     ray_ctx: Any = embedded_ray(args.num_env_runners, debug=debug) if args.num_env_runners else None
     import contextlib

@@ -20,12 +20,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from envrunners._cli import arguments, input_checks
+from envrunners._cli import arguments, atari_env, input_checks
 from envrunners._cli.train_checkpoint import load_checkpoint
 from envrunners._cli.trainer import Trainer
 from envrunners.errors import CliError
 
-__all__ = ["add_train_parser", "run_train"]
+__all__ = ["add_train_parser", "model_config", "run_train"]
 
 #: Defaults chosen to solve CartPole-v1 quickly on two CPU cores (see README).
 DEFAULTS: dict[str, Any] = {
@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "lambda_": 0.95,
     "hidden": [64, 64],
     "obs_filter": "NoFilter",
+    "use_lstm": False,
+    "lstm_cell_size": 256,
+    "max_seq_len": 20,
 }
 _ALGO_DEFAULTS = {
     "ppo": {"lr": 3e-4, "num_epochs": 10, "minibatch_size": 256},
@@ -92,6 +95,21 @@ def add_train_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> argpar
     p.add_argument("--gamma", type=arguments.finite_float, help="discount (0.99)")
     p.add_argument("--hidden", type=arguments.int_list, help="hidden layer sizes (64,64)")
     p.add_argument("--obs-filter", choices=["NoFilter", "MeanStdFilter"], help="observation filter")
+    p.add_argument(
+        "--use-lstm",
+        action="store_true",
+        default=None,
+        help="recurrent policy: an LSTM after the encoder, trained by BPTT over --max-seq-len "
+        "sequences (for partially observed envs, e.g. envrunners/StatelessCartPole-v1)",
+    )
+    p.add_argument(
+        "--lstm-cell-size", type=arguments.positive_int, help="with --use-lstm: LSTM size (256)"
+    )
+    p.add_argument(
+        "--max-seq-len",
+        type=arguments.positive_int,
+        help="with --use-lstm: time steps per training sequence (20)",
+    )
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
     p.set_defaults(func=run_train)
     return p
@@ -118,6 +136,16 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
     for key, value in _ALGO_DEFAULTS[run["algo"]].items():
         if run.get(key) is None:
             run[key] = value
+    if saved is not None:  # the checkpoint's weights only fit the network they came from
+        for key in ("use_lstm", "lstm_cell_size"):
+            before = saved["run"].get(key, DEFAULTS[key])
+            if run[key] != before and (key == "use_lstm" or run["use_lstm"]):
+                raise CliError(
+                    f"{key}={run[key]!r} differs from the resumed run's {key}={before!r} "
+                    "(its weights fit that network only)"
+                )
+    if atari_env.is_atari_id(run["env"]):
+        atari_env.ensure_ale()
     input_checks.check_env_id(run["env"])
     spec = input_checks.probe_env(run["env"])
     if run["stop_reward"] is None and spec is not None:
@@ -146,7 +174,7 @@ def build_config(run: dict[str, Any]) -> Any:
     fragment = max(1, math.ceil(run["train_batch_size"] / (max(1, runners) * envs)))
     return (
         PPOConfig()
-        .environment(run["env"])
+        .environment(atari_env.config_env(run["env"]))
         .env_runners(
             num_env_runners=runners,
             num_envs_per_env_runner=envs,
@@ -166,10 +194,23 @@ def build_config(run: dict[str, Any]) -> Any:
             entropy_coeff=0.0,
             use_kl_loss=False,
         )
-        .rl_module(model_config={"fcnet_hiddens": list(run["hidden"])})
+        .rl_module(model_config=model_config(run))
         .fault_tolerance(restart_failed_env_runners=True)
         .debugging(seed=run["seed"])
     )
+
+
+def model_config(run: dict[str, Any]) -> dict[str, Any]:
+    """The default module's ``model_config`` of a run's settings (also ``sample``'s, for a
+    checkpoint): ``fcnet_hiddens``, and the LSTM's keys when ``use_lstm``."""
+    config: dict[str, Any] = {"fcnet_hiddens": list(run.get("hidden", DEFAULTS["hidden"]))}
+    if run.get("use_lstm"):
+        config.update(
+            use_lstm=True,
+            lstm_cell_size=int(run.get("lstm_cell_size", DEFAULTS["lstm_cell_size"])),
+            max_seq_len=int(run.get("max_seq_len", DEFAULTS["max_seq_len"])),
+        )
+    return config
 
 
 # ---------------------------------------------------------------------- the command

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from envrunners._cli.atari_env import wrapping_note
 from envrunners._cli.embedded_ray import embedded_ray, quiet_loggers
 from envrunners._cli.exit_codes import EXIT_INTERRUPTED
 from envrunners._cli.train_checkpoint import CHECKPOINT_DIR, save_checkpoint
@@ -69,8 +70,10 @@ class Trainer:
             "on a local Ray"
         )
         verb = "Resuming" if self.saved else "Training"
+        lstm = " (LSTM policy)" if run.get("use_lstm") else ""
         print(
-            f"{verb} {run['algo'].upper()} on {run['env']} until {goal}"
+            f"{verb} {run['algo'].upper()}{lstm} on {run['env']}{wrapping_note(run['env'])} "
+            f"until {goal}"
             f"{run['stop_timesteps']:,} env steps; {where}. Output: {self.out}",
             flush=True,
         )

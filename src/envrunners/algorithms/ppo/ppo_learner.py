@@ -18,6 +18,17 @@ connector pipeline, one pass from episodes to a loss:
 4. **Optimise**: Adam (the ten-line ``Adam`` below), ``num_epochs`` passes of
    shuffled minibatches, with ``num_cpus_for_main_process`` torch threads (1 by
    default: tiny MLPs gain nothing from more, and the runners need the cores).
+
+Stateful modules (``use_lstm``) train by backpropagation through time, as RLlib's
+PPO does with ``AddStatesFromEpisodesToBatch`` and ``AddTimeDimToBatchAndZeroPad``:
+each chunk's ``len + 1`` observations are cut into ``max_seq_len`` sequences,
+zero-padded to ``(num_sequences, max_seq_len)``; each sequence starts from
+``STATE_IN`` = the ``STATE_OUT`` the sampler recorded one step before its first
+step (the chunk's lookback holds the previous chunk's last one; the module's
+initial state at an episode's first step). Step 2 runs ``compute_values`` on
+these sequences, and every loss term of step 3 is a mean over the real steps only
+(a loss mask drops the padding and each chunk's bootstrap observation).
+Minibatches are whole sequences, about ``minibatch_size`` time steps each.
 5. **Publish**: ``get_state(components="rl_module")`` returns the new weights and
    a bumped ``weights_seq_no``, which is what ``EnvRunnerGroup.sync_weights(
    from_worker_or_learner_group=learner)`` reads.
@@ -50,11 +61,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envrunners.core import DEFAULT_MODULE_ID
+from envrunners.core import DEFAULT_MODULE_ID, _nested
 from envrunners.core.columns import Columns
+from envrunners.core.rl_module.default_torch_rl_module import PREV_ACTIONS, PREV_REWARDS
 from envrunners.policy.torch_policy import schedule_value
 
-__all__ = ["Adam", "PGLearner", "PPOLearner", "compute_gae"]
+__all__ = ["Adam", "PGLearner", "PPOLearner", "compute_gae", "sequence_layout"]
 
 
 def compute_gae(
@@ -95,6 +107,36 @@ def compute_gae(
         advantages[:, t] = running
     advantages *= valid
     return advantages.astype(np.float32), ((advantages + values) * valid).astype(np.float32)
+
+
+def sequence_layout(
+    num_positions: np.ndarray, max_seq_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each position of each chunk goes when chunks are cut into ``max_seq_len`` sequences.
+
+    Chunk ``i``'s ``num_positions[i]`` positions fill ``ceil(num_positions[i] / max_seq_len)``
+    sequences, chunk after chunk; position ``p`` lands in its chunk's sequence
+    ``p // max_seq_len`` at time ``p % max_seq_len``. The last sequence of a chunk is
+    zero-padded (RLlib's ``AddTimeDimToBatchAndZeroPad``).
+
+    Args:
+        num_positions: ``(N,)`` positions per chunk (the learner passes ``len + 1``:
+            every step plus the bootstrap observation).
+        max_seq_len: The sequence length ``T``.
+
+    Returns:
+        ``(rows, cols, seq_lens)``: for every position, chunk by chunk, its sequence
+        row and time column in the ``(S, T)`` grid; and each sequence's number of
+        real positions (``(S,)``).
+    """
+    counts = np.asarray(num_positions, dtype=np.int64)
+    per_chunk = -(-counts // max_seq_len)  # ceil
+    first_row = np.cumsum(per_chunk) - per_chunk
+    pos = np.concatenate([np.arange(n) for n in counts]) if len(counts) else np.zeros(0, np.int64)
+    rows = np.repeat(first_row, counts) + pos // max_seq_len
+    cols = pos % max_seq_len
+    seq_lens = np.bincount(rows, minlength=int(per_chunk.sum())).astype(np.int64)
+    return rows, cols, seq_lens
 
 
 class PPOLearner:
@@ -147,7 +189,7 @@ class PPOLearner:
         return schedule_value(getattr(self.config, "entropy_coeff", 0.0), steps)
 
     # ------------------------------------------------------------------ 1. batch
-    def build_batch(self, episodes: Sequence[Any]) -> dict[str, np.ndarray]:
+    def build_batch(self, episodes: Sequence[Any]) -> dict[str, Any]:
         """Flatten episode chunks into training arrays, with advantages and value targets.
 
         Args:
@@ -156,7 +198,9 @@ class PPOLearner:
 
         Returns:
             ``obs``, ``actions``, ``action_logp``, ``advantages`` and
-            ``value_targets`` (plus ``vf_preds``), one row per env step.
+            ``value_targets`` (plus ``vf_preds``), one row per env step. For a
+            stateful module ``(S, max_seq_len)`` sequence grids instead, plus
+            ``state_in`` (one row per sequence) and ``loss_mask`` (see ``_to_sequences``).
 
         Raises:
             ValueError: No chunk has a step.
@@ -166,11 +210,17 @@ class PPOLearner:
             raise ValueError("PPOLearner.build_batch(): the episodes hold no env steps.")
         lengths = np.array([len(e) for e in chunks], dtype=np.int64)
         # Every chunk has len + 1 observations: the last one bootstraps the chunk.
-        all_obs = np.concatenate([np.asarray(e.get_observations()) for e in chunks])
-        all_values = self._value_estimates(all_obs)
         ends = np.cumsum(lengths + 1)
         starts = ends - (lengths + 1)
         step_rows = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)])
+        seqs = None
+        if self.module.is_stateful():
+            seqs = self._sequence_inputs(chunks, lengths)
+            rows, cols = seqs.pop("positions")
+            all_values = self._value_estimates(seqs)[rows, cols]
+        else:
+            all_obs = np.concatenate([np.asarray(e.get_observations()) for e in chunks])
+            all_values = self._value_estimates({Columns.OBS: all_obs})
         # A terminated episode's last observation is worth 0; anything else bootstraps.
         terminated = np.array([bool(e.is_terminated) for e in chunks])
         bootstrap = np.where(terminated, 0.0, all_values[ends - 1]).astype(np.float32)
@@ -185,8 +235,7 @@ class PPOLearner:
         advantages, targets = compute_gae(
             rewards, values, bootstrap, lengths, gamma=gamma, lambda_=lam
         )
-        return {
-            Columns.OBS: all_obs[step_rows],
+        steps = {
             Columns.ACTIONS: np.concatenate([np.asarray(e.get_actions()) for e in chunks]),
             Columns.ACTION_LOGP: np.concatenate(
                 [np.asarray(e.get_extra_model_outputs(Columns.ACTION_LOGP)) for e in chunks]
@@ -195,11 +244,116 @@ class PPOLearner:
             "advantages": advantages[valid],
             "value_targets": targets[valid],
         }
+        if seqs is None:
+            return {Columns.OBS: all_obs[step_rows], **steps}
+        return self._to_sequences(seqs, steps, rows[step_rows], cols[step_rows])
 
-    def _value_estimates(self, obs: np.ndarray) -> np.ndarray:
-        """``V(obs)`` from the module's value head, as float32 numpy (one batched call)."""
+    def _max_seq_len(self) -> int:
+        """The module's ``model_config["max_seq_len"]`` (RLlib's default, 20, if unset)."""
+        return int((getattr(self.module, "model_config", None) or {}).get("max_seq_len", 20))
+
+    def _sequence_inputs(self, chunks: list[Any], lengths: np.ndarray) -> dict[str, Any]:
+        """Every chunk's ``len + 1`` observations as zero-padded sequences, with ``STATE_IN``.
+
+        Sequence ``k`` of a chunk covers its positions ``[k * T, (k + 1) * T)``
+        (``T = max_seq_len``) and starts from the state before position ``k * T``:
+        the ``STATE_OUT`` recorded at step ``k * T - 1``; for ``k = 0`` the lookback's
+        last ``STATE_OUT`` if the chunk continues an episode, else the module's initial
+        state. Chunks without ``STATE_OUT`` use the initial state throughout (RLlib's
+        fallback).
+
+        With ``lstm_use_prev_action`` / ``lstm_use_prev_reward`` each position also
+        gets the action / reward of the step before it (the lookback's at a chunk
+        start, zeros at an episode's start), as the sampler fed them.
+
+        Returns:
+            ``obs`` (``(S, T, ...)``), ``state_in`` (``(S, ...)`` leaves), maybe
+            ``prev_actions`` / ``prev_rewards`` (``(S, T, ...)``), and ``positions``
+            (the ``(rows, cols)`` of ``sequence_layout`` over ``len + 1``).
+        """
+        horizon = self._max_seq_len()
+        rows, cols, seq_lens = sequence_layout(lengths + 1, horizon)
+        initial = _nested.map_structure(
+            lambda t: np.asarray(t.detach().cpu() if torch.is_tensor(t) else t),
+            self.module.get_initial_state(),
+        )
+        model_config = getattr(self.module, "model_config", None) or {}
+        # The LSTM may also read the previous action / reward of every position.
+        prev_keys = [
+            (key, getter)
+            for key, flag, getter in (
+                (PREV_ACTIONS, "lstm_use_prev_action", "get_actions"),
+                (PREV_REWARDS, "lstm_use_prev_reward", "get_rewards"),
+            )
+            if model_config.get(flag)
+        ]
+        obs_parts, state_parts = [], []
+        prev_parts: dict[str, list] = {key: [] for key, _ in prev_keys}
+        for episode, n in zip(chunks, lengths):
+            obs_parts.append(_stacked(episode.get_observations()))
+            for key, getter in prev_keys:
+                prev_parts[key].append(_previous(episode, getattr(episode, getter)))
+            if Columns.STATE_OUT in episode.extra_model_outputs:
+                outs = _stacked(episode.get_extra_model_outputs(Columns.STATE_OUT))
+                before = initial
+                if episode.t_started > 0:
+                    before = _stacked(
+                        episode.get_extra_model_outputs(
+                            Columns.STATE_OUT, indices=-1, neg_index_as_lookback=True
+                        )
+                    )
+                # prev[p] = the state before position p: the one before the chunk, then
+                # the outputs of steps 0..n-1; every T-th of them starts a sequence.
+                starts = _nested.map_structure(
+                    lambda b, o: np.concatenate([np.asarray(b)[None], o])[::horizon], before, outs
+                )
+            else:
+                count = -(-(int(n) + 1) // horizon)
+                starts = _nested.map_structure(lambda i, c=count: np.repeat(i[None], c, 0), initial)
+            state_parts.append(starts)
+        grid = (len(seq_lens), horizon)
+        obs = _nested.map_structure(
+            lambda *parts: _scatter(np.concatenate(parts), rows, cols, grid), *obs_parts
+        )
+        state_in = _nested.map_structure(
+            lambda *parts: np.concatenate(parts).astype(np.float32), *state_parts
+        )
+        inputs = {Columns.OBS: obs, Columns.STATE_IN: state_in, "positions": (rows, cols)}
+        for key, parts in prev_parts.items():
+            inputs[key] = _nested.map_structure(
+                lambda *p: _scatter(np.concatenate(p), rows, cols, grid), *parts
+            )
+        if PREV_REWARDS in inputs:  # float32, as the sampler feeds them
+            inputs[PREV_REWARDS] = inputs[PREV_REWARDS].astype(np.float32)
+        return inputs
+
+    @staticmethod
+    def _to_sequences(
+        seqs: dict[str, Any], steps: dict[str, np.ndarray], rows: np.ndarray, cols: np.ndarray
+    ) -> dict[str, Any]:
+        """The per-step columns scattered onto the sequence grid, with the loss mask.
+
+        ``loss_mask`` is True at real steps only (not at padding, not at a chunk's
+        bootstrap observation). Sequences without any real step (a chunk's bootstrap
+        observation alone) are dropped.
+        """
+        grid = _nested.flatten(seqs[Columns.OBS])[0].shape[:2]
+        mask = _scatter(np.ones(len(rows), bool), rows, cols, grid)
+        batch = {k: _scatter(v, rows, cols, grid) for k, v in steps.items()}
+        batch.update(seqs)
+        batch[Columns.LOSS_MASK] = mask
+        keep = mask.any(axis=1)
+        return _nested.map_structure(lambda v: v[keep], batch)
+
+    def _value_estimates(self, inputs: dict[str, Any]) -> np.ndarray:
+        """``V(obs)`` from the module's value head, as float32 numpy (one batched call).
+
+        ``inputs`` holds ``obs`` (``(N, ...)``), or for a stateful module ``obs``
+        sequences ``(S, T, ...)``, their ``state_in`` (and ``prev_actions`` /
+        ``prev_rewards`` if the LSTM reads them); the result is ``(N,)`` or ``(S, T)``.
+        """
         with torch.no_grad():
-            values = self.module.compute_values({Columns.OBS: torch.from_numpy(obs)})
+            values = self.module.compute_values(_nested.map_structure(torch.from_numpy, inputs))
         return values.numpy().astype(np.float32)
 
     def _gae_params(self) -> tuple[float, float]:
@@ -209,7 +363,8 @@ class PPOLearner:
     def loss(self, mb: dict[str, torch.Tensor], entropy_coeff: float) -> tuple[torch.Tensor, dict]:
         """PPO's loss on one minibatch; returns ``(loss, stats)``."""
         cfg = self.config
-        out = self.module.forward_train({Columns.OBS: mb[Columns.OBS]})
+        mean = _mean_fn(mb)
+        out = self.module.forward_train(_forward_inputs(mb))
         dist = self.dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
         logp = dist.logp(mb[Columns.ACTIONS])
         log_ratio = logp - mb[Columns.ACTION_LOGP]
@@ -217,12 +372,12 @@ class PPOLearner:
         adv = mb["advantages"]
         clip = float(cfg.clip_param)
         surrogate = torch.min(adv * ratio, adv * ratio.clamp(1.0 - clip, 1.0 + clip))
-        policy_loss = -surrogate.mean()
+        policy_loss = -mean(surrogate)
         vf_err = (out[Columns.VF_PREDS] - mb["value_targets"]) ** 2
-        vf_loss = vf_err.clamp(max=float(cfg.vf_clip_param)).mean()
-        entropy = dist.entropy().mean()
+        vf_loss = mean(vf_err.clamp(max=float(cfg.vf_clip_param)))
+        entropy = mean(dist.entropy())
         # k3 estimator of KL(old || new): unbiased, always >= 0 (Schulman, 2020).
-        kl = ((ratio - 1.0) - log_ratio).mean()
+        kl = mean((ratio - 1.0) - log_ratio)
         total = policy_loss + float(cfg.vf_loss_coeff) * vf_loss - entropy_coeff * entropy
         if getattr(cfg, "use_kl_loss", False) and self.kl_coeff > 0.0:
             total = total + self.kl_coeff * kl
@@ -232,7 +387,7 @@ class PPOLearner:
             "vf_loss": vf_loss.item(),
             "entropy": entropy.item(),
             "mean_kl": kl.item(),
-            "clip_fraction": ((ratio - 1.0).abs() > clip).float().mean().item(),
+            "clip_fraction": mean(((ratio - 1.0).abs() > clip).float()).item(),
         }
         return total, stats
 
@@ -253,26 +408,35 @@ class PPOLearner:
 
     def _update(self, episodes: Sequence[Any]) -> dict[str, float]:
         batch = self.build_batch(episodes)
-        n = len(batch[Columns.ACTIONS])
+        # Rows are env steps, or for a stateful module whole sequences (masked).
+        mask = batch.get(Columns.LOSS_MASK)
+        n = len(batch[Columns.ACTIONS]) if mask is None else int(mask.sum())
+        rows = len(batch[Columns.ACTIONS])
         adv = batch["advantages"]
         if n > 1:
-            batch["advantages"] = (adv - adv.mean()) / max(float(adv.std()), 1e-4)
-        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
+            real = adv if mask is None else adv[mask]
+            normalised = (adv - real.mean()) / max(float(real.std()), 1e-4)
+            batch["advantages"] = normalised if mask is None else normalised * mask
+        tensors = _nested.map_structure(lambda v: torch.from_numpy(np.ascontiguousarray(v)), batch)
         lr = self._lr(self.num_env_steps_trained)
         entropy_coeff = self._entropy_coeff(self.num_env_steps_trained)
         self.optimizer.lr = lr
         size = min(int(self.config.minibatch_size or n), n)
+        smallest = max(2, size // 4)  # a tiny remainder adds noise, not signal
+        if mask is not None:  # whole sequences, about `size` time steps each
+            size = max(1, -(-size // mask.shape[1]))
+            smallest = max(1, size // 4)
         grad_clip = self.config.grad_clip
         totals: dict[str, float] = {}
         steps = 0
         self.module.train()
         for _ in range(int(self.config.num_epochs)):
-            order = torch.from_numpy(self._rng.permutation(n))
-            for start in range(0, n, size):
+            order = torch.from_numpy(self._rng.permutation(rows))
+            for start in range(0, rows, size):
                 idx = order[start : start + size]
-                if len(idx) < max(2, size // 4):  # a tiny remainder adds noise, not signal
+                if len(idx) < smallest:
                     continue
-                mb = {k: v[idx] for k, v in tensors.items()}
+                mb = _nested.map_structure(lambda v, idx=idx: v[idx], tensors)
                 loss, stats = self.loss(mb, entropy_coeff)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -289,7 +453,13 @@ class PPOLearner:
         result.update(
             lr=lr,
             entropy_coeff=entropy_coeff,
-            explained_variance=explained_variance(batch["value_targets"], batch[Columns.VF_PREDS]),
+            explained_variance=explained_variance(
+                *(
+                    (batch["value_targets"], batch[Columns.VF_PREDS])
+                    if mask is None
+                    else (batch["value_targets"][mask], batch[Columns.VF_PREDS][mask])
+                )
+            ),
             num_env_steps_trained=float(n),
             num_minibatch_steps=float(steps),
             weights_seq_no=float(self.weights_seq_no),
@@ -357,23 +527,25 @@ class PGLearner(PPOLearner):
     whole batch are the classic choice).
     """
 
-    def _value_estimates(self, obs: np.ndarray) -> np.ndarray:
+    def _value_estimates(self, inputs: dict[str, Any]) -> np.ndarray:
         """No critic: all values 0, so GAE with lambda 1 gives the discounted returns."""
-        return np.zeros(len(obs), np.float32)
+        rank = 2 if Columns.STATE_IN in inputs else 1  # (S, T) sequences or (N,) steps
+        return np.zeros(_nested.flatten(inputs[Columns.OBS])[0].shape[:rank], np.float32)
 
     def _gae_params(self) -> tuple[float, float]:
         return float(self.config.gamma), 1.0
 
     def loss(self, mb: dict[str, torch.Tensor], entropy_coeff: float) -> tuple[torch.Tensor, dict]:
         """``-mean(logp * advantage) - entropy_coeff * entropy``."""
-        out = self.module.forward_train({Columns.OBS: mb[Columns.OBS]})
+        mean = _mean_fn(mb)
+        out = self.module.forward_train(_forward_inputs(mb))
         dist = self.dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
         logp = dist.logp(mb[Columns.ACTIONS])
-        policy_loss = -(logp * mb["advantages"]).mean()
-        entropy = dist.entropy().mean()
+        policy_loss = -mean(logp * mb["advantages"])
+        entropy = mean(dist.entropy())
         total = policy_loss - entropy_coeff * entropy
         log_ratio = logp.detach() - mb[Columns.ACTION_LOGP]
-        kl = (torch.exp(log_ratio) - 1.0 - log_ratio).mean()
+        kl = mean(torch.exp(log_ratio) - 1.0 - log_ratio)
         stats = {
             "total_loss": total.item(),
             "policy_loss": policy_loss.item(),
@@ -387,6 +559,24 @@ class PGLearner(PPOLearner):
 
 
 # ---------------------------------------------------------------------- helpers
+def _stacked(column: Any) -> Any:
+    """An episode column as nested numpy arrays with a leading time axis.
+
+    A not-yet-numpy episode returns a list of per-step items (nested for Dict
+    observations or LSTM states); a numpy one already returns nested arrays.
+    """
+    if isinstance(column, list):
+        return _nested.map_structure(lambda *items: np.stack(items), *column)
+    return _nested.map_structure(np.asarray, column)
+
+
+def _scatter(values: np.ndarray, rows: np.ndarray, cols: np.ndarray, grid: Any) -> np.ndarray:
+    """A zero ``(S, T, ...)`` array with ``values[i]`` at ``(rows[i], cols[i])``."""
+    out = np.zeros((*grid, *values.shape[1:]), dtype=values.dtype)
+    out[rows, cols] = values
+    return out
+
+
 class Adam:
     """Adam (Kingma & Ba, 2015) in a few lines, with plain numpy state.
 
@@ -445,6 +635,39 @@ class Adam:
             target.copy_(torch.from_numpy(np.asarray(value)))
         for target, value in zip(self.exp_avg_sq, state["exp_avg_sq"]):
             target.copy_(torch.from_numpy(np.asarray(value)))
+
+
+def _forward_inputs(mb: dict[str, Any]) -> dict[str, Any]:
+    """What ``forward_train`` reads from a minibatch: ``obs``, and the recurrent inputs if any."""
+    if Columns.STATE_IN not in mb:
+        return {Columns.OBS: mb[Columns.OBS]}
+    keys = (Columns.OBS, Columns.STATE_IN, PREV_ACTIONS, PREV_REWARDS)
+    return {k: mb[k] for k in keys if k in mb}
+
+
+def _previous(episode: Any, getter: Any) -> Any:
+    """Per position ``0..len``, the action (or reward) of the step before it.
+
+    Position 0 gets the lookback's last one when the chunk continues an episode, else
+    zeros (an episode's first step has none); position ``p`` gets step ``p - 1``'s.
+    """
+    values = _stacked(getter())
+    if episode.t_started > 0:
+        before = _stacked(getter(-1, neg_index_as_lookback=True, fill=0))
+    else:
+        before = _nested.map_structure(lambda v: np.zeros_like(v[0]), values)
+    return _nested.map_structure(
+        lambda b, v: np.concatenate([np.asarray(b, v.dtype)[None], v]), before, values
+    )
+
+
+def _mean_fn(mb: dict[str, Any]) -> Any:
+    """``torch.mean``, or for sequence batches the mean over the loss mask's real steps."""
+    mask = mb.get(Columns.LOSS_MASK)
+    if mask is None:
+        return torch.mean
+    num_valid = mask.sum()
+    return lambda x: x[mask].sum() / num_valid
 
 
 @torch.no_grad()
