@@ -4,7 +4,7 @@ Why: ``--env ale_py:ALE/Pong-v5`` (or ``ALE/Pong-v5``) given raw would hand the
 module 210x160x3 RGB frames, which the default module refuses (no conv filters for
 that size). ``train`` and ``sample`` instead build each env as RLlib's Atari
 examples do, ``wrap_atari_for_new_api_stack(gym.make(id, frameskip=1, ...), dim=84,
-framestack=4)``, so the default CNN (84x84 filters from the table) gets
+framestack=4, normalize=False)`` (uint8 frames), so the default CNN (84x84 filters from the table) gets
 ``(84, 84, 4)`` frames, and both commands print that they did.
 """
 
@@ -65,7 +65,9 @@ class AtariEnvCreator:
         ensure_ale()
         kwargs = {**ALE_KWARGS, **dict(env_config or {})}
         env = gym.make(self.env_id, **kwargs)
-        return wrap_atari_for_new_api_stack(env, dim=DIM, framestack=FRAMESTACK)
+        # uint8 frames (a quarter of the memory); the default CNN maps them to x/128 - 1,
+        # exactly what the normalizing wrapper would give it.
+        return wrap_atari_for_new_api_stack(env, dim=DIM, framestack=FRAMESTACK, normalize=False)
 
     def __repr__(self) -> str:
         return f"AtariEnvCreator({self.env_id!r})"
@@ -85,5 +87,5 @@ def wrapping_note(env_id: str) -> str:
         return ""
     return (
         f" with Atari wrapping (wrap_atari_for_new_api_stack: {DIM}x{DIM} grayscale, "
-        f"frameskip 4, framestack {FRAMESTACK}; default CNN)"
+        f"frameskip 4, framestack {FRAMESTACK}, uint8 frames; default CNN)"
     )
