@@ -51,7 +51,8 @@ def run_here(target: str, names: list[str], repeats: int) -> list[dict]:
 def run_elsewhere(python: str, names: list[str], repeats: int) -> list[dict]:
     cmd = [python, str(HERE / "run.py"), "--target", "ray.rllib", "--repeats", str(repeats)]
     cmd += ["--workloads", ",".join(names)]
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     records = []
     for line in out.stdout.splitlines():
@@ -77,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rllib-python", default=os.environ.get("RLLIB_PYTHON"))
     args = parser.parse_args(argv)
     names = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
+    if args.target == "ray.rllib" and args.rllib_python and not target_available("ray.rllib"):
+        run_elsewhere(args.rllib_python, names, args.repeats)
+        return 0
     if args.target != "both":
         run_here(args.target, names, args.repeats)
         return 0

@@ -27,6 +27,14 @@ __all__ = [
 
 _REGISTRY: dict[str, Callable[[Any], Any]] = {}
 
+# Example envs shipped in envrunners.examples, usable by id (the entry point loads lazily).
+if "envrunners/StatelessCartPole-v1" not in gym.registry:
+    gym.register(
+        "envrunners/StatelessCartPole-v1",
+        entry_point="envrunners.examples.envs.classes.stateless_cartpole:StatelessCartPole",
+        max_episode_steps=500,
+    )
+
 
 def register_env(name: str, env_creator: Callable[[Any], Any]) -> None:
     """Register ``env_creator(env_context) -> env`` under ``name`` (like ``tune.register_env``)."""

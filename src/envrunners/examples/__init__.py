@@ -1,0 +1,1 @@
+"""envrunners.examples: example envs and modules shipped with the package (RLlib's path)."""

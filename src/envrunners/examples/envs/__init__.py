@@ -1,0 +1,1 @@
+"""envrunners.examples.envs: example environments."""

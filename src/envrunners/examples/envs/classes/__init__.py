@@ -1,0 +1,1 @@
+"""envrunners.examples.envs.classes: example environment classes."""
