@@ -161,6 +161,22 @@ def test_compute_single_action_with_state():
     assert not np.allclose(again[0], state_out[0])
 
 
+def test_log_likelihoods_and_input_dict_with_state():
+    policy = ppo()
+    rng = np.random.default_rng(1)
+    obs = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
+    states = [rng.normal(size=(3, CELL)).astype(np.float32) for _ in range(4)]
+    _, out, extras = policy.compute_actions(obs, state_batches=states, explore=False)
+    logp = policy.compute_log_likelihoods(np.array([0, 1, 1]), obs, state_batches=states)
+    logits = torch.tensor(extras[Columns.ACTION_DIST_INPUTS])
+    expected = torch.log_softmax(logits, -1)[torch.arange(3), torch.tensor([0, 1, 1])]
+    np.testing.assert_allclose(logp.numpy(), expected.numpy(), rtol=1e-5)
+    input_dict = {"obs": obs, **{f"state_in_{k}": states[k] for k in (3, 1, 0, 2)}}
+    _, out2, _ = policy.compute_actions_from_input_dict(input_dict, explore=False)
+    for a, b in zip(out, out2):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_prev_action_and_reward_inputs():
     policy = ppo({"lstm_use_prev_action": True, "lstm_use_prev_reward": True})
     obs = np.zeros((2, 4), np.float32)

@@ -11,6 +11,11 @@ Batch modes: with ``multiple_episodes_in_batch`` (``truncate_episodes``) one
 of unfinished episodes are postprocessed with a bootstrap value and continue in
 the next call); without it (``complete_episodes``) each ``get_data()`` returns one
 whole, postprocessed episode.
+
+A recurrent policy acts through ``SubEnvStates`` (each sub-env's state carried
+across steps and calls, reset when its episode starts anew); its trajectories get
+RLlib's ``state_in_*`` (one row per sequence), ``state_out_*`` and ``seq_lens``
+columns, cut into ``max_seq_len`` sequences before postprocessing.
 """
 
 from __future__ import annotations

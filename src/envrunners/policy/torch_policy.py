@@ -6,6 +6,13 @@ all sub-envs, numpy in and out). Learning runs ``forward_train`` and a subclass'
 ``loss`` over ``num_epochs`` x minibatches; with ``distributed_world_size`` set
 (``RolloutWorker.setup_torch_data_parallel``) the model is wrapped in
 ``DistributedDataParallel`` so gradients are averaged across workers in backward.
+
+Recurrent models (``model={"use_lstm": True}`` or a stateful custom module) act
+through ``_acting.act`` with the state as RLlib's old-stack list of arrays
+(``state_batches`` in, ``state_outs`` out) and train by BPTT: the batch's
+``seq_lens`` cut it into zero-padded ``(sequences, T)`` blocks that start from
+their ``state_in_*``, minibatches are whole sequences, and the loss sees only
+the real rows.
 """
 
 from __future__ import annotations
@@ -452,10 +459,29 @@ class TorchPolicy(Policy):
         actions_normalized: bool = True,
         in_training: bool = True,
     ) -> torch.Tensor:
-        """``log pi(actions | obs)`` from the training forward pass."""
+        """``log pi(actions | obs)`` from the training forward pass.
+
+        A recurrent policy scores each row as one step from its row of
+        ``state_batches`` (the initial state if None), as RLlib does.
+        """
+        obs = _stack_obs(obs_batch)
+        batch: dict[str, Any] = {Columns.OBS: _to_tensor(obs)}
+        if self._stateful:
+            for key, value in (
+                (default_model.PREV_ACTIONS, prev_action_batch),
+                (default_model.PREV_REWARDS, prev_reward_batch),
+            ):
+                if key in self.prev_inputs:
+                    batch[key] = _to_tensor(np.asarray(value))
+            batch = _nested.map_structure(lambda t: t.unsqueeze(1), batch)
+            rows = len(_nested.flatten(obs)[0])
+            layout = self._state_layout
+            state = layout.initial_batch(rows) if not state_batches else None
+            batch[Columns.STATE_IN] = _to_tensor(state or layout.to_module(state_batches))
         with torch.no_grad():
-            out = self.model.forward_train({Columns.OBS: _to_tensor(_stack_obs(obs_batch))})
-            dist = self.dist_class.from_logits(out[Columns.ACTION_DIST_INPUTS])
+            out = self.model.forward_train(batch)
+            logits = out[Columns.ACTION_DIST_INPUTS]
+            dist = self.dist_class.from_logits(logits[:, 0] if self._stateful else logits)
             return dist.logp(_to_tensor(actions))
 
     def _value(self, obs: Any, state: list[Any] | None = None, **prev: Any) -> float:
