@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.spaces import Box, Discrete
+from tests.envs.simple import FailingEnv
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.algorithms.pg import PGTorchPolicy
@@ -60,29 +61,29 @@ def seq_start_rows(batch: SampleBatch) -> np.ndarray:
 
 def assert_state_chain(batch: SampleBatch, policy, last_out: dict) -> None:
     """Each sequence's ``state_in`` is the previous step's ``state_out`` of its episode
-    (the initial state at the episode's first step, the last call's state across calls);
-    ``last_out`` carries each episode's last ``state_out`` between calls."""
+    (the initial state at the episode's first step, the earlier chunk's last state when
+    the episode continues from a former chunk or call); ``last_out`` carries each
+    episode's last ``state_out`` between chunks and calls."""
     n_states = policy.num_state_tensors()
     initial = policy.get_initial_state()
-    starts = seq_start_rows(batch)
-    for j, row in enumerate(starts):
-        eps = batch["eps_id"][row]
-        for k in range(n_states):
-            s_in = batch[f"state_in_{k}"][j]
-            if batch["t"][row] == 0:
-                expected = initial[k]
-            elif (
-                row > 0
-                and batch["eps_id"][row - 1] == eps
-                and batch["t"][row - 1] + 1 == batch["t"][row]
-            ):
-                expected = batch[f"state_out_{k}"][row - 1]
-            else:
-                expected = last_out[eps][k]
-            np.testing.assert_array_equal(s_in, expected)
+    seq_of_start = {int(row): j for j, row in enumerate(seq_start_rows(batch))}
     for rows in trajectories(batch):
-        last = rows[-1]
-        last_out[batch["eps_id"][last]] = [batch[f"state_out_{k}"][last] for k in range(n_states)]
+        eps = batch["eps_id"][rows[0]]
+        for row in rows:
+            j = seq_of_start.get(int(row))
+            if j is None:
+                continue
+            for k in range(n_states):
+                if batch["t"][row] == 0:
+                    expected = initial[k]
+                elif row != rows[0]:
+                    expected = batch[f"state_out_{k}"][row - 1]
+                else:
+                    expected = last_out[eps][k]
+                np.testing.assert_array_equal(batch[f"state_in_{k}"][j], expected)
+        last_out[eps] = [batch[f"state_out_{k}"][rows[-1]] for k in range(n_states)]
+    # every trajectory starts a sequence
+    assert all(int(t[0]) in seq_of_start for t in trajectories(batch))
 
 
 # -- the policy's state API -------------------------------------------------------------------
@@ -225,6 +226,27 @@ def test_sampled_state_out_replays_through_compute_actions():
         _, state, _ = policy.compute_actions(batch["obs"][row : row + 1], state_batches=state)
         for k, s in enumerate(state):
             np.testing.assert_allclose(s[0], batch[f"state_out_{k}"][row], rtol=1e-5, atol=1e-6)
+
+
+def test_recreated_sub_env_starts_from_the_initial_state():
+    FailingEnv.failures = 0
+    config = (
+        PPOConfig()
+        .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=10)
+        .fault_tolerance(restart_failed_sub_environments=True)
+        .training(model=LSTM)
+    )
+    w = RolloutWorker(
+        env_creator=lambda _: FailingEnv({"episode_len": 50, "fail_at_step": 3}),
+        config=config,
+        default_policy_class=PPOTorchPolicy,
+    )
+    policy = w.policy_map["default_policy"]
+    last_out: dict = {}
+    for _ in range(2):
+        batch = w.sample()
+        assert_state_chain(batch, policy, last_out)
+    assert FailingEnv.failures == 1
 
 
 def test_complete_episodes_batches_start_from_the_initial_state():
