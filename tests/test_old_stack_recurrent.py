@@ -19,6 +19,8 @@ from envrunners.algorithms.pg import PGTorchPolicy
 from envrunners.algorithms.ppo import PPOConfig
 from envrunners.algorithms.ppo.ppo_torch_policy import PPOTorchPolicy
 from envrunners.core.columns import Columns
+from envrunners.core.rl_module.rl_module import RLModuleSpec
+from envrunners.core.rl_module.torch import TorchRLModule
 from envrunners.env.multi_agent_env import MultiAgentEnv
 from envrunners.errors import BatchArgumentError, ConfigError, ModuleActingError
 from envrunners.evaluation.episode_to_batch import add_sequences
@@ -287,6 +289,61 @@ def test_stateless_cartpole_sampling_and_learning_smoke():
     assert stats
     after = policy.get_weights()
     assert any(not np.array_equal(before[k], after[k]) for k in before)
+
+
+class StepCounter(TorchRLModule):
+    """A custom stateful module: its state counts the episode's steps (B, 1)."""
+
+    def setup(self):
+        self.logits = torch.nn.Parameter(torch.zeros(2))
+
+    def get_initial_state(self):
+        return {"count": torch.zeros(1)}
+
+    def _forward(self, batch, **kwargs):
+        obs = batch[Columns.OBS]  # (B, T, ...)
+        count = batch[Columns.STATE_IN]["count"]  # (B, 1)
+        counts = count + torch.arange(1, obs.shape[1] + 1, dtype=torch.float32)  # (B, T)
+        logits = self.logits.expand(*counts.shape, 2)
+        return {
+            Columns.ACTION_DIST_INPUTS: logits,
+            Columns.STATE_OUT: {"count": counts[:, -1:]},
+        }
+
+
+def test_custom_stateful_module_through_the_old_stack():
+    config = (
+        PPOConfig()
+        .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=12)
+        .rl_module(rl_module_spec=RLModuleSpec(module_class=StepCounter))
+        .training(model={"max_seq_len": 4})
+    )
+    w = RolloutWorker(
+        env_creator=lambda _: gym.make("CartPole-v1"),
+        config=config,
+        default_policy_class=PGTorchPolicy,
+    )
+    policy = w.policy_map["default_policy"]
+    assert policy.is_recurrent() and [s.shape for s in policy.get_initial_state()] == [(1,)]
+    batch = w.sample()
+    # state_out of a step = steps taken in its episode so far (t + 1).
+    np.testing.assert_array_equal(batch["state_out_0"][:, 0], batch["t"] + 1)
+    np.testing.assert_array_equal(batch["state_in_0"][:, 0], batch["t"][seq_start_rows(batch)])
+    assert batch["seq_lens"].max() == 4
+    policy.learn_on_batch(batch)
+
+
+class Uniform(TorchRLModule):
+    """A custom stateless module: uniform logits."""
+
+    def _forward(self, batch, **kwargs):
+        return {Columns.ACTION_DIST_INPUTS: torch.zeros(batch[Columns.OBS].shape[0], 2)}
+
+
+def test_use_lstm_with_a_stateless_custom_module_is_an_error():
+    spec = RLModuleSpec(module_class=Uniform)
+    with pytest.raises(ConfigError, match="use_lstm"):
+        PGTorchPolicy(OBS, ACT, {"rl_module_spec": spec, "model": {"use_lstm": True}})
 
 
 # -- padding and slicing ------------------------------------------------------------------------
