@@ -16,6 +16,8 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import UnknownPolicyError, suggest
 from envrunners.evaluation._sampling_hooks import (
@@ -24,7 +26,7 @@ from envrunners.evaluation._sampling_hooks import (
     policy_action_fn,
     wants_prev,
 )
-from envrunners.evaluation.episode_to_batch import episode_to_sample_batch
+from envrunners.evaluation.episode_to_batch import add_sequences, episode_to_sample_batch
 from envrunners.evaluation.metrics import RolloutMetrics
 from envrunners.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 from envrunners.sampling.multi_agent import MultiAgentSampler
@@ -124,6 +126,8 @@ class PolicyMultiAgentSampler:
         self._pending: dict[str, dict[Any, list]] = defaultdict(lambda: defaultdict(list))
         self._agent_index: dict[str, dict[Any, int]] = {}
         self._mapping_fn = _CheckedMappingFn(policy_mapping_fn, policy_map)
+        #: Recurrent policies' state per ``(episode id, agent id)``: a list of arrays.
+        self._agent_states: dict[tuple, list] = {}
         act_fns: dict[Any, Any] = {}
 
         def action_fn(pid: Any) -> Any:
@@ -160,8 +164,61 @@ class PolicyMultiAgentSampler:
 
     # -- sampling ------------------------------------------------------------------
     def _act(self, pid: Any, obs: Any, explore: bool, t: int) -> dict[str, Any]:
-        actions, extras = policy_action_fn(self.policy_map[pid])(obs, explore)
+        policy = self.policy_map[pid]
+        is_recurrent = getattr(policy, "is_recurrent", None)
+        if is_recurrent is not None and is_recurrent():
+            return self._act_recurrent(policy, pid, obs, explore)
+        actions, extras = policy_action_fn(policy)(obs, explore)
         return {"actions": actions, **extras}
+
+    def _act_recurrent(self, policy: Any, pid: Any, obs: Any, explore: bool) -> dict[str, Any]:
+        """Act with a recurrent policy from each acting agent's own state.
+
+        States are kept per ``(episode id, agent id)``: an agent that does not act
+        keeps its state, and a new episode starts every agent from the initial state.
+        The rows of ``obs`` are the core's acting agents of ``pid`` (its
+        ``(sub-env, agent id)`` index for this step); ``state_in_*`` / ``state_out_*``
+        are recorded per step like any extra model output.
+        """
+        idx = self._core._to_module[pid][1]
+        episodes = self._core.episodes
+        keys = [(episodes[i].id_, aid) for i, aid in idx]
+        initial = policy.get_initial_state()
+        held = self._agent_states
+        per_row = [held.get(key) or initial for key in keys]
+        state_in = [np.stack([row[j] for row in per_row]) for j in range(len(initial))]
+        prev: dict[str, Any] = {}
+        wanted = getattr(policy, "prev_inputs", ())
+        if "prev_actions" in wanted or "prev_rewards" in wanted:
+            prev = self._prev_inputs(keys, policy)
+        actions, state_out, extras = policy.compute_actions(
+            obs, state_batches=state_in, explore=explore, **prev
+        )
+        for k, key in enumerate(keys):
+            held[key] = [s[k] for s in state_out]
+        for j, (s_in, s_out) in enumerate(zip(state_in, state_out)):
+            extras[f"state_in_{j}"] = s_in
+            extras[f"state_out_{j}"] = s_out
+        return {"actions": actions, **extras}
+
+    def _prev_inputs(self, keys: list[tuple], policy: Any) -> dict[str, Any]:
+        """The acting agents' previous actions and rewards (zeros at their first step)."""
+        space = policy.action_space
+        acts = np.zeros((len(keys), *space.shape), space.dtype)
+        rews = np.zeros(len(keys), np.float32)
+        by_id = {ep.id_: ep for ep in self._core.episodes}
+        for k, (eps_id, aid) in enumerate(keys):
+            sa = by_id[eps_id].agent_episodes.get(aid)
+            if sa is not None and len(sa) > 0:
+                acts[k] = sa.get_actions(-1)
+                rews[k] = sa.get_rewards(-1)
+        return {"prev_action_batch": acts, "prev_reward_batch": rews}
+
+    def _forget_finished_states(self) -> None:
+        """Drop the states of agents whose episode is over (kept: the current episodes')."""
+        if self._agent_states:
+            live = {ep.id_ for ep in self._core.episodes}
+            self._agent_states = {k: v for k, v in self._agent_states.items() if k[0] in live}
 
     def _run(self, num_timesteps: int) -> Any:
         if not self._core.started:
@@ -173,6 +230,7 @@ class PolicyMultiAgentSampler:
                 num_timesteps=num_timesteps,
                 count_agent_steps=self.count_agent_steps,
             )
+        self._forget_finished_states()
         for stats, episode in zip(res.episode_stats, res.done):
             modules = {str(a): sa.module_id for a, sa in episode.agent_episodes.items()}
             self._metrics.append(
@@ -208,6 +266,12 @@ class PolicyMultiAgentSampler:
         for _, batches in trajectories:
             for pid, batch in batches.values():
                 by_policy[pid].append(batch)
+        for pid, batches in by_policy.items():
+            policy = policy_map[pid]
+            is_recurrent = getattr(policy, "is_recurrent", None)
+            if is_recurrent is not None and is_recurrent():
+                for batch in batches:
+                    add_sequences(batch, int(getattr(policy, "max_seq_len", 20)))
         with self._threads():
             for pid, batches in by_policy.items():
                 add_values = getattr(policy_map[pid], "add_value_predictions", None)

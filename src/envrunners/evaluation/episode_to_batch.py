@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from envrunners.core.columns import Columns
+from envrunners.policy._seq_ops import chop_seq_lens, seq_starts
 from envrunners.policy.sample_batch import SampleBatch
 
-__all__ = ["episode_to_sample_batch", "next_unroll_id"]
+__all__ = ["add_sequences", "episode_to_sample_batch", "next_unroll_id"]
 
 _UNROLL_IDS = itertools.count()
 #: Extra model outputs the sampler adds for the new stack; not old-stack columns.
@@ -127,3 +128,26 @@ def _shift_in_zero(a: np.ndarray) -> np.ndarray:
     out = np.zeros_like(a)
     out[1:] = a[:-1]
     return out
+
+
+def add_sequences(batch: SampleBatch, max_seq_len: int) -> SampleBatch:
+    """Cut one trajectory's rows into RNN sequences the way RLlib's old stack does.
+
+    Why: a recurrent policy trains on sequences of at most ``max_seq_len`` steps,
+    each starting from the state the policy had there. The sampler records
+    ``state_in_*`` and ``state_out_*`` for every step; afterwards ``seq_lens``
+    holds the trajectory's sequence lengths (``[5, 5, 2]`` for 12 rows at 5),
+    ``state_in_*`` keeps only each sequence's first row (so it equals the previous
+    step's ``state_out_*``, the initial state at an episode's start), and
+    ``state_out_*`` stays per step. Rows are not padded (``right_zero_pad`` does that).
+
+    Returns:
+        ``batch``, changed in place.
+    """
+    lens = chop_seq_lens(batch.count, max_seq_len)
+    starts = seq_starts(lens)
+    for key in [k for k in batch.keys() if str(k).startswith("state_in_")]:
+        batch[key] = np.asarray(batch[key])[starts]
+    batch[SampleBatch.SEQ_LENS] = lens
+    batch.max_seq_len = int(max_seq_len)
+    return batch

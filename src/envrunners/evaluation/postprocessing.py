@@ -155,6 +155,19 @@ def compute_bootstrap_value(sample_batch: Any, policy: Any) -> float:
         return 0.0
     new_obs = sample_batch[Columns.NEXT_OBS]
     last = _last_item(new_obs)
+    is_recurrent = getattr(policy, "is_recurrent", None)
+    if is_recurrent is not None and is_recurrent():
+        # The value after the last step reads the state that step returned (and,
+        # for models fed them, that step's action and reward as the "previous" ones).
+        state = [
+            np.asarray(sample_batch[f"state_out_{i}"])[-1]
+            for i in range(policy.num_state_tensors())
+        ]
+        prev = {
+            "prev_actions": _last_item(sample_batch[Columns.ACTIONS]),
+            "prev_rewards": np.asarray(sample_batch[Columns.REWARDS])[-1],
+        }
+        return float(value_fn(last, state, **prev))
     return float(value_fn(last))
 
 

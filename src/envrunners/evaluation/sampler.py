@@ -11,6 +11,11 @@ Batch modes: with ``multiple_episodes_in_batch`` (``truncate_episodes``) one
 of unfinished episodes are postprocessed with a bootstrap value and continue in
 the next call); without it (``complete_episodes``) each ``get_data()`` returns one
 whole, postprocessed episode.
+
+A recurrent policy acts through ``SubEnvStates`` (each sub-env's state carried
+across steps and calls, reset when its episode starts anew); its trajectories get
+RLlib's ``state_in_*`` (one row per sequence), ``state_out_*`` and ``seq_lens``
+columns, cut into ``max_seq_len`` sequences before postprocessing.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from envrunners.core import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID
 from envrunners.core.columns import Columns
 from envrunners.env.runner_setup import torch_threads
 from envrunners.evaluation._policy_multi_agent_sampler import PolicyMultiAgentSampler
+from envrunners.evaluation._recurrent_states import SubEnvStates
 from envrunners.evaluation._sampling_hooks import (
     box_action_transform,
     clip_batch_rewards,
@@ -31,7 +37,7 @@ from envrunners.evaluation._sampling_hooks import (
     policy_action_fn,
     wants_prev,
 )
-from envrunners.evaluation.episode_to_batch import episode_to_sample_batch
+from envrunners.evaluation.episode_to_batch import add_sequences, episode_to_sample_batch
 from envrunners.evaluation.metrics import RolloutMetrics
 from envrunners.offline.input_reader import InputReader
 from envrunners.policy.sample_batch import SampleBatch, concat_samples
@@ -146,6 +152,7 @@ class SyncSampler(SamplerInput):
         self._extra_batches: list[Any] = []
         self.perf_stats: dict[str, float] = defaultdict(float)
         self._started = False
+        self._states: SubEnvStates | None = None  # for a recurrent policy
         self._multi_agent = bool(getattr(worker, "_env_is_multi_agent", False))
         if self._multi_agent:
             self._ma = PolicyMultiAgentSampler(
@@ -194,16 +201,39 @@ class SyncSampler(SamplerInput):
             infos = [{} for _ in range(self.env.num_envs)]
         self._core.start(obs, infos)
         self._started = True
+        if self._states is not None:
+            self._states.reset_all()
+
+    def _recurrent_states(self, policy: Any) -> SubEnvStates | None:
+        """The per-sub-env states of a recurrent ``policy`` (None if it is stateless).
+
+        Made when the policy is first seen; it then wraps the core's env step to
+        see episode boundaries. A new policy object gets fresh states.
+        """
+        is_recurrent = getattr(policy, "is_recurrent", None)
+        if is_recurrent is None or not is_recurrent():
+            if self._states is not None:
+                self._states = None
+                self._core.step_fn = self.env.step
+            return None
+        if self._states is None or self._states.policy is not policy:
+            self._states = SubEnvStates(policy, self.env.num_envs)
+            self._core.step_fn = self._states.wrap_step(self.env.step, self.env)
+        return self._states
 
     def _run_core(self, num_timesteps: int) -> Any:
         if not self._started:
             self._start()
         policy = self.worker.policy_map[DEFAULT_POLICY_ID]
         explore = bool(self.worker.config.explore)
-        compute = policy_action_fn(policy)
+        states = self._recurrent_states(policy)
+        if states is not None:
+            act = states.act
+        else:
+            compute = policy_action_fn(policy)
 
-        def act(obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
-            return compute(obs, explore)
+            def act(obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
+                return compute(obs, explore)
 
         start = time.perf_counter()
         with torch_threads(self.worker.config, self.worker.worker_index):
@@ -223,7 +253,15 @@ class SyncSampler(SamplerInput):
         return result, policy
 
     def _postprocess_all(self, items: list[tuple[SampleBatch, Any]], policy: Any) -> list[Any]:
-        """Postprocess ``(batch, episode)`` pairs, adding value predictions in one pass."""
+        """Postprocess ``(batch, episode)`` pairs, adding value predictions in one pass.
+
+        A recurrent policy's trajectories are first cut into ``max_seq_len``
+        sequences (``seq_lens``, ``state_in_*`` per sequence), as RLlib's are.
+        """
+        if self._states is not None and self._states.policy is policy:
+            seq_len = int(getattr(policy, "max_seq_len", 20))
+            for batch, _ in items:
+                add_sequences(batch, seq_len)
         add_values = getattr(policy, "add_value_predictions", None)
         with torch_threads(self.worker.config, self.worker.worker_index):
             if add_values is not None:

@@ -21,6 +21,7 @@ from envrunners.policy import _batch_ops as ops
 from envrunners.utils import tree
 
 __all__ = [
+    "chop_seq_lens",
     "gather_rows",
     "padded_row_index",
     "right_zero_pad_columns",
@@ -40,6 +41,19 @@ def seq_starts(seq_lens: np.ndarray) -> np.ndarray:
     if len(seq_lens) > 1:
         np.cumsum(seq_lens[:-1], out=starts[1:])
     return starts
+
+
+def chop_seq_lens(rows: int, max_seq_len: int) -> np.ndarray:
+    """``seq_lens`` of one trajectory of ``rows`` rows cut into ``max_seq_len`` sequences.
+
+    Full sequences first, the remainder last: 12 rows at 5 give ``[5, 5, 2]``
+    (RLlib's old-stack collector cuts each trajectory so).
+    """
+    full, rest = divmod(int(rows), int(max_seq_len))
+    lens = np.full(full + (1 if rest else 0), max_seq_len, dtype=np.int32)
+    if rest:
+        lens[-1] = rest
+    return lens
 
 
 def padded_row_index(seq_lens: np.ndarray, max_seq_len: int) -> np.ndarray:

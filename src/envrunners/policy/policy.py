@@ -164,7 +164,8 @@ class Policy:
         **kwargs: Any,
     ) -> tuple[Any, list[Any], dict[str, Any]]:
         """``compute_actions`` on the columns of ``input_dict`` (``obs``, ``state_in_*``...)."""
-        states = [input_dict[k] for k in sorted(input_dict) if str(k).startswith("state_in_")]
+        keys = [k for k in input_dict if str(k).startswith("state_in_")]
+        states = [input_dict[k] for k in sorted(keys, key=lambda k: int(str(k)[9:]))]
         return self.compute_actions(
             input_dict["obs"],
             states or None,

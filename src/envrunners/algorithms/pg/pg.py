@@ -60,7 +60,7 @@ class PGTorchPolicy(TorchPolicy):
 
     def loss(self, model: Any, dist_class: type, train_batch: Mapping[str, Any]) -> torch.Tensor:
         """``-mean(log pi(actions | obs) * advantages)``."""
-        out = model(train_batch)
+        out = self.train_forward(model, train_batch)
         dist = dist_class.from_logits(out[Columns.ACTION_DIST_INPUTS])
         logp = dist.logp(train_batch[Columns.ACTIONS])
         loss = -torch.mean(logp * train_batch[Postprocessing.ADVANTAGES])

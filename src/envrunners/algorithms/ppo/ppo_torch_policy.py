@@ -71,7 +71,7 @@ class PPOTorchPolicy(TorchPolicy):
     def loss(self, model: Any, dist_class: type, train_batch: Mapping[str, Any]) -> torch.Tensor:
         """Clipped surrogate + ``vf_loss_coeff`` * clipped value loss - entropy + KL penalty."""
         cfg = self.config
-        out = model(train_batch)
+        out = self.train_forward(model, train_batch)
         curr = dist_class.from_logits(out[Columns.ACTION_DIST_INPUTS])
         prev = dist_class.from_logits(train_batch[Columns.ACTION_DIST_INPUTS])
         ratio = torch.exp(
