@@ -79,7 +79,20 @@ def act(
     if fast is not None and not stateful and not extra_inputs:
         out = fast(obs, explore=explore, with_values=with_values, generator=generator)
         return out.pop(Columns.ACTIONS), out, None
-    if stateful and state is None:
+    if stateful and state is not None:
+        recurrent_fast = getattr(module, "act_recurrent_numpy", None)
+        if recurrent_fast is not None:
+            result = recurrent_fast(
+                obs,
+                state,
+                explore=explore,
+                extra_inputs=extra_inputs,
+                with_values=with_values,
+                generator=generator,
+            )
+            if result is not None:
+                return result
+    elif stateful:
         raise ModuleActingError(
             f"{type(module).__name__} is stateful (is_stateful() is True) but act() got no "
             "state: pass state=initial_state_batch(module, B) for new episodes and the "
