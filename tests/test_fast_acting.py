@@ -158,3 +158,34 @@ def test_box_actions_and_missing_inputs_fall_back_to_torch():
     module = _module(lstm_use_prev_reward=True)
     with pytest.raises(KeyError):  # the torch forward's error for a missing input
         act(module, obs, True, initial_state_batch(module, ROWS))
+
+
+@pytest.mark.parametrize("shape", [(84, 84, 4), (42, 42, 3), (10, 10, 1)])
+def test_cnn_with_folded_padding_equals_the_layer_by_layer_stack(shape):
+    """Symmetric "same" pads go into the conv call; the numbers equal ZeroPad2d + conv."""
+    torch.manual_seed(0)
+    module = DefaultTorchRLModule(
+        observation_space=gym.spaces.Box(0, 255, shape, np.uint8),
+        action_space=gym.spaces.Discrete(3),
+        model_config={},
+    )
+    cnn = module.encoder
+    assert any(isinstance(layer, torch.nn.ZeroPad2d) for layer in cnn.convs)
+    frames = torch.randint(0, 256, (3, *shape), dtype=torch.uint8)
+
+    def layer_by_layer(x):
+        x = (x.float() / 128.0 - 1.0).permute(0, 3, 1, 2)
+        for layer in cnn.convs:
+            x = layer(x)
+            if isinstance(layer, torch.nn.Conv2d):
+                x = torch.relu(x)
+        return x.flatten(1)
+
+    with torch.no_grad():
+        expected = layer_by_layer(frames)
+        torch.testing.assert_close(cnn(frames), expected, atol=1e-5, rtol=1e-5)
+        floats = frames.float() / 128.0 - 1.0
+        torch.testing.assert_close(cnn(floats), expected, atol=1e-5, rtol=1e-5)
+    loss = cnn(frames).square().sum()
+    loss.backward()  # the learner's forward is differentiable as before
+    assert all(p.grad is not None for p in cnn.parameters())
