@@ -36,6 +36,10 @@ def _torch_act(module, *args, **kwargs):
         module._fast_recurrent = saved
 
 
+def _seeded(seed):
+    return torch.Generator().manual_seed(seed)
+
+
 def _flat(state, prefix=""):
     if isinstance(state, dict):
         return {k2: v2 for k, v in state.items() for k2, v2 in _flat(v, prefix + k + "/").items()}
@@ -80,24 +84,9 @@ def test_numpy_step_equals_torch_forward(share, prev_action, prev_reward, explor
         obs = rng.uniform(-1, 1, (ROWS, 4)).astype(np.float32)
         extra = _extra_inputs(rng, prev_action, prev_reward)
         with_values = step % 2 == 1
-        fast = act(
-            module,
-            obs,
-            explore,
-            state,
-            extra_inputs=extra,
-            with_values=with_values,
-            generator=torch.Generator().manual_seed(step),
-        )
-        ref = _torch_act(
-            module,
-            obs,
-            explore,
-            ref_state,
-            extra_inputs=extra,
-            with_values=with_values,
-            generator=torch.Generator().manual_seed(step),
-        )
+        kwargs = {"extra_inputs": extra, "with_values": with_values}
+        fast = act(module, obs, explore, state, generator=_seeded(step), **kwargs)
+        ref = _torch_act(module, obs, explore, ref_state, generator=_seeded(step), **kwargs)
         assert isinstance(module._fast_recurrent, NumpyRecurrentForward)
         _assert_same(fast, ref)
         assert (Columns.VF_PREDS in fast[1]) == with_values
