@@ -176,19 +176,14 @@ class NumpyLSTM:
     updates show through; a replaced storage changes the data pointers).
     """
 
-    __slots__ = ("w_ih", "w_hh", "b_ih", "b_hh", "cell", "scale", "params", "pointers")
+    __slots__ = ("w_ih", "w_hh", "b_ih", "b_hh", "cell", "params", "pointers")
 
     def __init__(self, lstm: Any):
         self.params = [lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0]
         self.pointers = [p.data_ptr() for p in self.params]
         self.w_ih, self.w_hh, b_ih, b_hh = (p.detach().numpy() for p in self.params)
         self.b_ih, self.b_hh = b_ih[:, None], b_hh[:, None]
-        self.cell = cell = int(lstm.hidden_size)
-        # sigmoid(x) = 0.5 tanh(x / 2) + 0.5: one tanh pass (numpy's SIMD kernel) for all
-        # four gates, with x / 2 on the sigmoid gates' rows (i, f, o) and x on g's.
-        scale = np.full((4 * cell, 1), 0.5, np.float32)
-        scale[2 * cell : 3 * cell] = 1.0
-        self.scale = scale
+        self.cell = int(lstm.hidden_size)
 
     @classmethod
     def build(cls, lstm: Any) -> NumpyLSTM | None:
@@ -205,11 +200,14 @@ class NumpyLSTM:
         cell = self.cell
         gates = self.w_ih @ xt
         gates += self.w_hh @ ht
-        gates += self.b_ih
-        gates += self.b_hh
-        gates *= self.scale
+        gates += self.b_ih + self.b_hh  # (4 cell, 1): one broadcast pass over the gates
+        # sigmoid(x) = 0.5 tanh(x / 2) + 0.5: one tanh pass (numpy's SIMD kernel) for all
+        # four gates; the halving runs on the contiguous i, f and o row blocks.
+        sigmoids = (gates[: 2 * cell], gates[3 * cell :])
+        for sigmoid in sigmoids:
+            sigmoid *= 0.5
         np.tanh(gates, out=gates)
-        for sigmoid in (gates[: 2 * cell], gates[3 * cell :]):
+        for sigmoid in sigmoids:
             sigmoid *= 0.5
             sigmoid += 0.5
         c = gates[cell : 2 * cell] * ct
