@@ -2,7 +2,8 @@
 
 The sampler calls :func:`act` once per vector step for all ``B`` sub-envs, with
 whatever module the config built: the default module (stateless flat MLP and
-CNN modules take their ``compute_actions_numpy`` fast path), user
+CNN modules take their ``compute_actions_numpy`` fast path, the LSTM module on
+flat observations with Discrete actions its ``act_recurrent_numpy`` step), user
 ``TorchRLModule`` subclasses, and stateful modules. For a stateful module the
 observations (and ``extra_inputs``) get a time axis of length 1 and the state
 goes in as ``Columns.STATE_IN``, as RLlib's ``AddTimeDimToBatchAndZeroPad``
