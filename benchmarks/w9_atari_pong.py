@@ -28,38 +28,47 @@ ALE_KWARGS = {"frameskip": 1, "full_action_space": False, "repeat_action_probabi
 
 
 def make_pong(target: str, env_context=None) -> gym.Env:
-    """One Pong env wrapped by the target's ``wrap_atari_for_new_api_stack`` (84x84x4)."""
+    """One Pong env wrapped by the target's ``wrap_atari_for_new_api_stack`` (84x84x4).
+
+    envrunners keeps the frames uint8 (``normalize=False``; its default CNN maps them to
+    RLlib's ``x / 128 - 1`` itself); RLlib's wrapper has no such option (float frames).
+    """
     wrappers = api(target, "envrunners.env.wrappers.atari_wrappers")
+    kwargs = {"normalize": False} if target == "envrunners" else {}
     return wrappers.wrap_atari_for_new_api_stack(
-        gym.make(ENV_ID, **ALE_KWARGS), dim=84, framestack=4
+        gym.make(ENV_ID, **ALE_KWARGS), dim=84, framestack=4, **kwargs
     )
 
 
 def default_cnn(num_actions: int) -> torch.nn.Module:
     """RLlib's default module for 84x84x4 frames as sampling uses it: the filter table
     [[16, 8, 4], [32, 4, 2], [256, 11, 1]] with "same" padding and ReLU, then a linear
-    policy head over the flattened 11x11x256 features (inputs channels-last)."""
+    policy head over the flattened 11x11x256 features. Inputs are channels-last frames
+    (uint8 ones are mapped to ``x / 128 - 1`` first, as the env's normalisation would),
+    made one contiguous NCHW float copy; symmetric pads are the convs' own padding
+    (torch's fastest CPU form of the same numbers, as the envrunners CNN runs it)."""
 
     class CNN(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             nn = torch.nn
             self.cnn = nn.Sequential(
-                nn.ZeroPad2d((2, 2, 2, 2)),
-                nn.Conv2d(4, 16, 8, 4),
+                nn.Conv2d(4, 16, 8, 4, padding=2),
                 nn.ReLU(),
                 nn.ZeroPad2d((1, 2, 1, 2)),
                 nn.Conv2d(16, 32, 4, 2),
                 nn.ReLU(),
-                nn.ZeroPad2d((5, 5, 5, 5)),
-                nn.Conv2d(32, 256, 11, 1),
+                nn.Conv2d(32, 256, 11, 1, padding=5),
                 nn.ReLU(),
                 nn.Flatten(),
             )
             self.pi = nn.Linear(256 * 11 * 11, num_actions)
 
         def forward(self, obs: torch.Tensor) -> torch.Tensor:
-            return self.pi(self.cnn(obs.permute(0, 3, 1, 2)))
+            x = obs.permute(0, 3, 1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+            if obs.dtype == torch.uint8:  # uint8 frames: the normalisation the env skipped
+                x = x.mul_(1.0 / 128.0).sub_(1.0)
+            return self.pi(self.cnn(x))
 
     return CNN()
 

@@ -2,7 +2,8 @@
 
 The sampler calls :func:`act` once per vector step for all ``B`` sub-envs, with
 whatever module the config built: the default module (stateless flat MLP and
-CNN modules take their ``compute_actions_numpy`` fast path), user
+CNN modules take their ``compute_actions_numpy`` fast path, the LSTM module on
+flat observations with Discrete actions its ``act_recurrent_numpy`` step), user
 ``TorchRLModule`` subclasses, and stateful modules. For a stateful module the
 observations (and ``extra_inputs``) get a time axis of length 1 and the state
 goes in as ``Columns.STATE_IN``, as RLlib's ``AddTimeDimToBatchAndZeroPad``
@@ -79,7 +80,20 @@ def act(
     if fast is not None and not stateful and not extra_inputs:
         out = fast(obs, explore=explore, with_values=with_values, generator=generator)
         return out.pop(Columns.ACTIONS), out, None
-    if stateful and state is None:
+    if stateful and state is not None:
+        recurrent_fast = getattr(module, "act_recurrent_numpy", None)
+        if recurrent_fast is not None:
+            result = recurrent_fast(
+                obs,
+                state,
+                explore=explore,
+                extra_inputs=extra_inputs,
+                with_values=with_values,
+                generator=generator,
+            )
+            if result is not None:
+                return result
+    elif stateful:
         raise ModuleActingError(
             f"{type(module).__name__} is stateful (is_stateful() is True) but act() got no "
             "state: pass state=initial_state_batch(module, B) for new episodes and the "

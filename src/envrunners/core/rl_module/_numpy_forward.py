@@ -2,19 +2,28 @@
 
 Runners act once per vector step for all sub-envs; at those batch sizes torch's
 per-op dispatch costs more than the arithmetic, so the acting path runs the MLP
-layers with numpy (:class:`NumpyForward`) or, where numpy cannot, with cached
-parameter references and in-place activations (:func:`mlp_plan`, :func:`run_plan`).
+layers with numpy (:class:`NumpyForward`; the LSTM module's step:
+:class:`NumpyRecurrentForward`) or, where numpy cannot, with cached parameter
+references and in-place activations (:func:`mlp_plan`, :func:`run_plan`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["NumpyForward", "NumpyPlan", "mlp_plan", "run_plan"]
+__all__ = [
+    "NumpyForward",
+    "NumpyLSTM",
+    "NumpyPlan",
+    "NumpyRecurrentForward",
+    "mlp_plan",
+    "run_plan",
+]
 
 
 def mlp_plan(mlp: Any, numpy_tanh: bool) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
@@ -154,3 +163,164 @@ class NumpyForward:
             hv = ht if self.vf_encoder is None else self.vf_encoder.run_transposed(xt)
             values = self.vf.run_transposed(hv).reshape(-1)
         return pi_out, values
+
+
+class NumpyLSTM:
+    """One time step of a one-layer ``nn.LSTM`` on numpy views of its (CPU, float32) weights.
+
+    Why: the runner steps the LSTM once per vector step with a few dozen rows, where
+    ``nn.LSTM`` costs milliseconds of dispatch and a slow small-matrix product; here
+    it is two BLAS products and a few whole-array passes. The layout is transposed
+    like :class:`NumpyPlan` (``(features, B)``), so the gates ``i, f, g, o`` are
+    contiguous row blocks and the weights are used in their own storage (in-place
+    updates show through; a replaced storage changes the data pointers).
+    """
+
+    __slots__ = ("w_ih", "w_hh", "b_ih", "b_hh", "cell", "params", "pointers")
+
+    def __init__(self, lstm: Any):
+        self.params = [lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0]
+        self.pointers = [p.data_ptr() for p in self.params]
+        self.w_ih, self.w_hh, b_ih, b_hh = (p.detach().numpy() for p in self.params)
+        self.b_ih, self.b_hh = b_ih[:, None], b_hh[:, None]
+        self.cell = int(lstm.hidden_size)
+
+    @classmethod
+    def build(cls, lstm: Any) -> NumpyLSTM | None:
+        """For a one-layer, unidirectional CPU float32 ``nn.LSTM`` with biases, else None."""
+        if lstm.num_layers != 1 or lstm.bidirectional or not lstm.bias or lstm.proj_size:
+            return None
+        weights = (lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
+        if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in weights):
+            return None
+        return cls(lstm)
+
+    def step(self, xt: np.ndarray, ht: np.ndarray, ct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``x (in, B)``, ``h``, ``c`` ``(cell, B)`` -> the next ``h``, ``c`` (fresh arrays)."""
+        cell = self.cell
+        gates = self.w_ih @ xt
+        gates += self.w_hh @ ht
+        gates += self.b_ih + self.b_hh  # (4 cell, 1): one broadcast pass over the gates
+        # sigmoid(x) = 0.5 tanh(x / 2) + 0.5: one tanh pass (numpy's SIMD kernel) for all
+        # four gates; the halving runs on the contiguous i, f and o row blocks.
+        sigmoids = (gates[: 2 * cell], gates[3 * cell :])
+        for sigmoid in sigmoids:
+            sigmoid *= 0.5
+        np.tanh(gates, out=gates)
+        for sigmoid in sigmoids:
+            sigmoid *= 0.5
+            sigmoid += 0.5
+        c = gates[cell : 2 * cell] * ct
+        c += gates[:cell] * gates[2 * cell : 3 * cell]
+        h = np.tanh(c)
+        h *= gates[3 * cell :]
+        return h, c
+
+
+class NumpyRecurrentForward:
+    """The default LSTM module's acting step (encoder, LSTM, policy head, critic) on numpy.
+
+    Computes exactly what the module's torch forward computes for one time step:
+    the actor's logits and state, the critic's state too when it has its own
+    encoder and LSTM (``vf_share_layers=False``: RLlib records both in
+    ``STATE_OUT``), and values on request. Previous actions (one-hot, Discrete
+    actions) and rewards join the LSTM input as in the torch forward. Built only
+    for CPU float32 modules with flat observations and stacks numpy can run.
+    """
+
+    __slots__ = (
+        "actor",
+        "critic",
+        "pi",
+        "vf",
+        "share",
+        "num_actions",
+        "prev_actions",
+        "prev_rewards",
+        "params",
+        "pointers",
+    )
+
+    def __init__(self, module: Any, actor: tuple, critic: tuple | None, pi: Any, vf: Any):
+        cfg = module._cfg
+        self.actor, self.critic, self.pi, self.vf = actor, critic, pi, vf
+        self.share = critic is None
+        self.num_actions = int(module.action_space.n)
+        self.prev_actions = bool(cfg["lstm_use_prev_action"])
+        self.prev_rewards = bool(cfg["lstm_use_prev_reward"])
+        parts = [*actor, *(critic or ()), pi, *([vf] if vf is not None else [])]
+        self.params = [p for part in parts for p in part.params]
+        self.pointers = [q for part in parts for q in part.pointers]
+
+    @classmethod
+    def build(cls, module: Any) -> NumpyRecurrentForward | None:
+        """For a stateful ``DefaultTorchRLModule`` with Discrete actions, else None."""
+        if not isinstance(module.action_space, gym.spaces.Discrete):
+            return None
+        branches = [(module.encoder, module.lstm)]
+        if not module._share:
+            branches.append((module.vf_encoder, module.vf_lstm))
+        built = []
+        for encoder, lstm in branches:
+            pair = (NumpyPlan.build(encoder), NumpyLSTM.build(lstm))
+            if None in pair:
+                return None
+            built.append(pair)
+        pi = NumpyPlan.build(module.pi)
+        vf = None if module.inference_only else NumpyPlan.build(module.vf)
+        if pi is None or (vf is None and not module.inference_only):
+            return None
+        return cls(module, built[0], built[1] if len(built) > 1 else None, pi, vf)
+
+    def current(self) -> bool:
+        """Whether every view still shows its parameter's storage (checked per call)."""
+        return list(map(_DATA_PTR, self.params)) == self.pointers
+
+    def __call__(
+        self, x: np.ndarray, state: Any, extra_inputs: Any, with_values: bool
+    ) -> tuple[np.ndarray, np.ndarray | None, Any] | None:
+        """``(B, in)`` float32 obs, the ``(B, 1, cell)`` state -> (logits ``(B, D)``,
+        values ``(B,)`` or None, state out); None when an input the LSTM reads is missing."""
+        extras = []
+        if self.prev_actions or self.prev_rewards:
+            if extra_inputs is None:
+                return None
+            if self.prev_actions:
+                if "prev_actions" not in extra_inputs:
+                    return None
+                prev = np.asarray(extra_inputs["prev_actions"]).reshape(-1)
+                one_hot = np.zeros((self.num_actions, prev.shape[0]), np.float32)
+                one_hot[prev, np.arange(prev.shape[0])] = 1.0
+                extras.append(one_hot)
+            if self.prev_rewards:
+                if "prev_rewards" not in extra_inputs:
+                    return None
+                extras.append(np.asarray(extra_inputs["prev_rewards"], np.float32).reshape(1, -1))
+        xt = np.ascontiguousarray(x.T)
+        if self.share:
+            h, actor_state = _lstm_branch(self.actor, xt, extras, state)
+            state_out = actor_state
+            hv = h
+        else:
+            h, actor_state = _lstm_branch(self.actor, xt, extras, state["actor"])
+            hv, critic_state = _lstm_branch(self.critic, xt, extras, state["critic"])
+            state_out = {"actor": actor_state, "critic": critic_state}
+        logits = np.ascontiguousarray(self.pi.run_transposed(h).T)
+        values = None
+        if with_values and self.vf is not None:
+            values = self.vf.run_transposed(hv).reshape(-1)
+        return logits, values, state_out
+
+
+def _lstm_branch(
+    branch: tuple[NumpyPlan, NumpyLSTM], xt: np.ndarray, extras: list, state: Any
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Encoder and one LSTM step: ``(cell, B)`` output and the ``(B, 1, cell)`` state out."""
+    encoder, lstm = branch
+    features = encoder.run_transposed(xt)
+    if extras:
+        features = np.concatenate([features, *extras], axis=0)
+    h_in = np.asarray(state["h"])
+    c_in = np.asarray(state["c"])
+    h, c = lstm.step(features, h_in.reshape(h_in.shape[0], -1).T, c_in.reshape(c_in.shape[0], -1).T)
+    return h, {"h": h.T[:, None], "c": c.T[:, None]}

@@ -10,8 +10,10 @@ references, no module ``__call__`` machinery and numpy's SIMD ``tanh`` on the
 torch buffers (this torch build's CPU ``tanh`` is scalar). Gaussians get their
 log-density from the drawn noise. Randomness always comes from torch's RNG
 (global, or the ``generator`` argument), so ``torch.manual_seed`` reproduces it.
-Stateful (LSTM) modules act through ``forward_exploration`` / ``forward_inference``
-on time-ranked batches instead (see ``envrunners.core.rl_module._acting``).
+Stateful (LSTM) modules with flat observations and Discrete actions step their
+encoders and LSTMs on numpy too (``act_recurrent_numpy``); other stateful modules
+act through ``forward_exploration`` / ``forward_inference`` on time-ranked
+batches (see ``envrunners.core.rl_module._acting``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ from torch import nn
 from envrunners.core import _nested
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act
-from envrunners.core.rl_module._numpy_forward import NumpyForward, mlp_plan, run_plan
+from envrunners.core.rl_module._numpy_forward import (
+    NumpyForward,
+    NumpyRecurrentForward,
+    mlp_plan,
+    run_plan,
+)
 from envrunners.core.rl_module._space_layout import (
     ActionLayout,
     ObservationLayout,
@@ -118,6 +125,8 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
         if not self.inference_only:
             self.vf = self._head([enc_dim, *heads, 1])
         self._fast: dict[str, Any] | None = None
+        #: The stateful acting step (None: not built yet, False: not available).
+        self._fast_recurrent: NumpyRecurrentForward | bool | None = None
 
     def _build_encoder(self) -> tuple[nn.Module, int]:
         cfg = self._cfg
@@ -296,11 +305,13 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
     # ------------------------------------------------------------------ fast path
     def _apply(self, *args: Any, **kwargs: Any) -> Any:
         self._fast = None  # parameters may be new objects after .to() / .float()
+        self._fast_recurrent = None
         return super()._apply(*args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_fast"] = None  # holds callables and parameter references; rebuilt on use
+        state["_fast_recurrent"] = None
         return state
 
     def set_state(self, state: StateDict) -> None:
@@ -309,12 +320,12 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
         Why: adopted weights replace parameter storage; numpy views of the old
         storage would otherwise keep it (and its object-store pages) alive.
         """
-        self._fast = None
+        self._fast = self._fast_recurrent = None
         super().set_state(state)
 
     def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """``nn.Module.load_state_dict`` that also refreshes the acting path's references."""
-        self._fast = None
+        self._fast = self._fast_recurrent = None
         return super().load_state_dict(*args, **kwargs)
 
     def _stack_runner(self, stack: nn.Module | None, cpu: bool) -> Any:
@@ -472,6 +483,65 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
             out[Columns.ACTIONS] = cast_to_space(out[Columns.ACTIONS], self.action_space)
             return out
         return _with_action_dtype(out, fast)
+
+    def act_recurrent_numpy(
+        self,
+        obs: np.ndarray,
+        state: Any,
+        *,
+        explore: bool,
+        extra_inputs: Any = None,
+        with_values: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], Any] | None:
+        """One acting step of the stateful module on numpy (``_acting.act``'s result).
+
+        Same outputs as the torch forward plus sampling (the same torch draws):
+        actions, ``action_logp``, ``action_dist_inputs`` (and ``vf_preds`` if asked
+        and the module has a value head) and the state out (``(B, 1, cell)`` leaves,
+        the critic's too when it has its own LSTM).
+
+        Returns:
+            ``(actions, extra_model_outputs, state_out)``, or None where this module
+            has no numpy step (not CPU float32, non-flat observations, non-Discrete
+            actions, LayerNorm, or a ``prev_*`` input missing): act through torch then.
+        """
+        plan = self._fast_recurrent
+        if plan is None or (plan is not False and not plan.current()):
+            plan = self._fast_recurrent = self._recurrent_plan()
+        if plan is False:
+            return None
+        if type(obs) is not np.ndarray:
+            obs = np.asarray(obs)
+        if obs.dtype != np.float32:
+            obs = obs.astype(np.float32)
+        result = plan(
+            obs if obs.ndim == 2 else obs.reshape(obs.shape[0], -1),
+            state,
+            extra_inputs,
+            with_values,
+        )
+        if result is None:
+            return None
+        logits, values, state_out = result
+        if explore:
+            actions, logp = _sample_categorical_numpy(logits, generator)
+        else:
+            actions, logp = logits.argmax(-1), np.zeros(len(logits), np.float32)
+        if actions.dtype != self.action_space.dtype:
+            actions = actions.astype(self.action_space.dtype)
+        out = {Columns.ACTION_LOGP: logp, Columns.ACTION_DIST_INPUTS: logits}
+        if values is not None:
+            out[Columns.VF_PREDS] = values
+        return actions, out, state_out
+
+    def _recurrent_plan(self) -> NumpyRecurrentForward | bool:
+        """The numpy LSTM step for this module, or False where it has none."""
+        space = self.observation_space
+        flat = isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary))
+        if not self._stateful or not flat or self._obs_layout.image:
+            return False
+        return NumpyRecurrentForward.build(self) or False
 
     def _sample_gaussian(
         self, pi_out: torch.Tensor, explore: bool, generator: torch.Generator | None
