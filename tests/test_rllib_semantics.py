@@ -35,3 +35,33 @@ def test_utils_error_path_has_rllibs_classes_and_texts():
         assert isinstance(getattr(error, name), str)
     with pytest.raises(error.EnvError, match="bad env"):
         raise error.EnvError("bad env")
+
+
+# -- the exception class a user catches is RLlib's ----------------------------------------------
+def test_unknown_builder_keyword_is_a_type_error_with_a_hint():
+    from envrunners.algorithms.ppo import PPOConfig
+
+    config = PPOConfig()
+    with pytest.raises(TypeError, match=r"Unknown option 'num_env_runner' .*'num_env_runners'"):
+        config.env_runners(num_env_runner=2)
+    with pytest.raises(errors.ConfigError, match="Did you mean 'num_env_runners'"):
+        config.env_runners(num_env_runner=2)
+    # A key of another builder method: RLlib's signature rejects it too.
+    with pytest.raises(TypeError, match=r"set it with PPOConfig\.training\(lr=\.\.\.\)"):
+        config.env_runners(lr=0.1)
+    # A bad value of a known key stays a plain ConfigError (a ValueError, not a TypeError).
+    with pytest.raises(errors.ConfigError) as info:
+        config.env_runners(num_env_runners=-1)
+    assert not isinstance(info.value, TypeError)
+    assert config.num_env_runners == 0  # all or nothing: nothing was set
+
+
+def test_unknown_env_id_is_rllibs_env_error_and_a_value_error():
+    from envrunners.env.registry import resolve_env_creator
+
+    with pytest.raises(ValueError, match=r"Unknown env 'CartPol-v1'.*'CartPole-v1'") as info:
+        resolve_env_creator("CartPol-v1", {})
+    from envrunners.utils.error import EnvError
+
+    assert isinstance(info.value, EnvError)
+    assert isinstance(info.value, errors.EnvCreatorError)  # still ours

@@ -15,7 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envrunners.errors import EnvCreatorError
+from envrunners.errors import EnvCreatorError, UnknownEnvError
 
 __all__ = [
     "check_is_env",
@@ -87,11 +87,11 @@ def _call_creator(creator: Callable[..., Any], env_context: Any) -> Any:
         raise
 
 
-def _unknown_id_error(env_id: str) -> EnvCreatorError:
+def _unknown_id_error(env_id: str) -> UnknownEnvError:
     known = list(gym.registry.keys()) + list(_REGISTRY)
     close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return EnvCreatorError(
+    return UnknownEnvError(
         f"Unknown env {env_id!r}: it is neither a gymnasium id nor a name given to "
         f"envrunners.env.registry.register_env().{hint} Pass a registered gymnasium id "
         f"(e.g. 'CartPole-v1'), an env class, or a callable env_creator(env_context)."
