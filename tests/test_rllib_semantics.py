@@ -65,3 +65,34 @@ def test_unknown_env_id_is_rllibs_env_error_and_a_value_error():
 
     assert isinstance(info.value, EnvError)
     assert isinstance(info.value, errors.EnvCreatorError)  # still ours
+
+
+# -- every accepted key is used or refused -----------------------------------------------------
+def test_typod_model_config_key_of_the_default_module_is_refused_with_a_hint():
+    from envrunners.algorithms.ppo import PPOConfig
+    from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = PPOConfig().environment("CartPole-v1").rl_module(model_config={"fcnet_hidden": [8]})
+    with pytest.raises(
+        errors.ConfigError,
+        match=r"Unknown model_config key 'fcnet_hidden' .*'fcnet_hiddens'.*Known keys: \[",
+    ):
+        SingleAgentEnvRunner(config=config)
+    # RLlib's own keys (old-stack MODEL_DEFAULTS, DefaultModelConfig) stay accepted.
+    ok = PPOConfig().environment("CartPole-v1")
+    ok = ok.rl_module(model_config={"fcnet_hiddens": [8], "dim": 42, "use_attention": False})
+    runner = SingleAgentEnvRunner(config=ok)
+    runner.stop()
+
+
+def test_custom_module_may_read_its_own_model_config_keys():
+    import gymnasium as gym
+
+    from envrunners.core.rl_module.default_torch_rl_module import default_rl_module_spec
+    from envrunners.core.rl_module.rl_module import RLModuleSpec
+
+    space = gym.spaces.Box(-1.0, 1.0, (3,))
+    with pytest.raises(errors.ConfigError, match="Unknown model_config key 'hidden_dim'"):
+        default_rl_module_spec(space, gym.spaces.Discrete(2), model_config={"hidden_dim": 4})
+    spec = RLModuleSpec(model_config={"hidden_dim": 4})  # checked only for the default module
+    assert spec.model_config == {"hidden_dim": 4}
