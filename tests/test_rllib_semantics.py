@@ -96,3 +96,25 @@ def test_custom_module_may_read_its_own_model_config_keys():
         default_rl_module_spec(space, gym.spaces.Discrete(2), model_config={"hidden_dim": 4})
     spec = RLModuleSpec(model_config={"hidden_dim": 4})  # checked only for the default module
     assert spec.model_config == {"hidden_dim": 4}
+
+
+# -- InfiniteLookbackBuffer ------------------------------------------------------------------
+@pytest.mark.parametrize("finalized", [False, True])
+def test_lookback_buffer_list_with_an_out_of_range_index_raises(finalized):
+    from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
+
+    buf = InfiniteLookbackBuffer(data=[0, 1, 2, 3, 4, 5], lookback=2)
+    if finalized:
+        buf.finalize()
+    with pytest.raises(IndexError, match="Index 10 is out of range: the buffer has 4 items"):
+        buf.get([0, 10])
+    with pytest.raises(IndexError, match="Index -10 is out of range"):
+        buf.get([0, -10])
+    with pytest.raises(IndexError, match="Index -5 is out of range"):
+        buf.get([-1, -5], neg_index_as_lookback=True)
+    # With fill the out-of-range index is padded, as in RLlib.
+    assert [int(x) for x in buf.get([0, 10], fill=-1)] == [2, -1]
+    # Reversed slices with fill (RLlib gives the same values).
+    got = buf.get(slice(2, -5, -1), fill=-1, neg_index_as_lookback=True)
+    assert [int(x) for x in got] == [4, 3, 2, 1, 0, -1, -1]
+    assert [int(x) for x in buf.get(slice(3, 0, -1), fill=-1)] == [5, 4, 3]

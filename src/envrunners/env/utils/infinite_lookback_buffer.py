@@ -300,7 +300,8 @@ class InfiniteLookbackBuffer:
             One item, or a batch: a list (not finalized) or numpy data (finalized).
 
         Raises:
-            IndexError: An int index out of range without ``fill``.
+            IndexError: An int index, or an index in a list, out of range without ``fill``
+                (as RLlib; slices are clipped instead).
         """
         data = self.data
         if _ignore_last_ts or _add_last_ts_value is not None:
@@ -316,6 +317,10 @@ class InfiniteLookbackBuffer:
             )
         else:
             positions = [self._pos(int(i), neg_index_as_lookback, n) for i in indices]
+            if fill is None:
+                for i, p in zip(indices, positions, strict=True):
+                    if not 0 <= p < n:
+                        raise self._out_of_range(i, n)
         return self._gather(data, positions, n, fill, one_hot_discrete)
 
     __getitem__ = get
@@ -324,11 +329,14 @@ class InfiniteLookbackBuffer:
         """Return the single item at episode index ``i``."""
         p = self._pos(i, neg_lb, n)
         if not 0 <= p < n and fill is None:
-            raise IndexError(
-                f"Index {i} is out of range: the buffer has {n - self.lookback} items "
-                f"after a lookback of {self.lookback} (pass fill= to pad)."
-            )
+            raise self._out_of_range(i, n)
         return self._item_at(data, p, n, fill, one_hot)
+
+    def _out_of_range(self, i: Any, n: int) -> IndexError:
+        return IndexError(
+            f"Index {i} is out of range: the buffer has {n - self.lookback} items "
+            f"after a lookback of {self.lookback} (pass fill= to pad)."
+        )
 
     def _item_at(self, data: Any, p: int, n: int, fill: Any, one_hot: bool) -> Any:
         """Return the item at data position ``p``, or the fill item when out of range."""
