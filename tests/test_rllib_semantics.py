@@ -118,3 +118,20 @@ def test_lookback_buffer_list_with_an_out_of_range_index_raises(finalized):
     got = buf.get(slice(2, -5, -1), fill=-1, neg_index_as_lookback=True)
     assert [int(x) for x in got] == [4, 3, 2, 1, 0, -1, -1]
     assert [int(x) for x in buf.get(slice(3, 0, -1), fill=-1)] == [5, 4, 3]
+
+
+# -- FastSyncVectorEnv ---------------------------------------------------------------------------
+def test_fast_sync_vector_env_close_after_a_failed_constructor_does_not_raise():
+    from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
+
+    def broken_env():
+        raise RuntimeError("cannot build")
+
+    with pytest.raises(RuntimeError, match="cannot build"):
+        FastSyncVectorEnv([broken_env])
+    # What gymnasium's VectorEnv.__del__ (gymnasium < 1.3) runs on the half-built object.
+    half_built = FastSyncVectorEnv.__new__(FastSyncVectorEnv)
+    half_built.closed = False
+    half_built.close()
+    if hasattr(half_built, "__del__"):
+        half_built.__del__()
