@@ -135,3 +135,69 @@ def test_fast_sync_vector_env_close_after_a_failed_constructor_does_not_raise():
     half_built.close()
     if hasattr(half_built, "__del__"):
         half_built.__del__()
+
+
+# -- MultiAgentEpisode getters and hanging values ------------------------------------------------
+def _episode_with_a_hanging_action():
+    """a1 acts at env step 1 and observes no more: its action 20 (and rewards 2.0 + 0.5) hang."""
+    from envrunners.env.multi_agent_episode import MultiAgentEpisode
+
+    ep = MultiAgentEpisode()
+    ep.add_env_reset(observations={"a0": 0, "a1": 0}, infos={"a0": {}, "a1": {}})
+    ep.add_env_step(
+        observations={"a0": 1, "a1": 1},
+        actions={"a0": 10, "a1": 10},
+        rewards={"a0": 1.0, "a1": 1.0},
+        extra_model_outputs={"a0": {"x": 1}, "a1": {"x": 1}},
+    )
+    ep.add_env_step(
+        observations={"a0": 2},
+        actions={"a0": 20, "a1": 20},
+        rewards={"a0": 2.0, "a1": 2.0},
+        extra_model_outputs={"a0": {"x": 2}, "a1": {"x": 2}},
+    )
+    ep.add_env_step(
+        observations={"a0": 3},
+        actions={"a0": 30},
+        rewards={"a0": 3.0, "a1": 0.5},
+        extra_model_outputs={"a0": {"x": 3}},
+    )
+    return ep
+
+
+def test_multi_agent_getters_include_hanging_values_as_rllib():
+    # Expected values: RLlib 2.60 on the same episode.
+    ep = _episode_with_a_hanging_action()
+    assert ep.get_actions([0, 1, 2]) == {"a0": [10, 20, 30], "a1": [10, 20]}
+    assert ep.get_rewards([0, 1, 2]) == {"a0": [1.0, 2.0, 3.0], "a1": [1.0, 2.5]}
+    assert ep.get_extra_model_outputs("x", [0, 1, 2]) == {"a0": [1, 2, 3], "a1": [1, 2]}
+    assert ep.get_actions([1, 2]) == {"a0": [20, 30], "a1": [20]}
+    assert ep.get_actions([2, 1]) == {"a0": [30, 20], "a1": [20]}
+    assert ep.get_actions([-1]) == {"a0": [30]}
+    assert ep.get_actions(1) == {"a0": 20, "a1": 20}
+    assert ep.get_rewards(1) == {"a0": 2.0, "a1": 2.5}
+    assert ep.get_actions() == {"a0": [10, 20, 30], "a1": [10, 20]}
+    assert ep.get_actions(slice(1, 3)) == {"a0": [20, 30], "a1": [20]}
+    assert ep.get_actions([0, 1, 2], return_list=True) == [
+        {"a0": 10, "a1": 10},
+        {"a0": 20, "a1": 20},
+        {"a0": 30},
+    ]
+    filled = ep.get_actions([0, 1, 2], fill=-1)
+    assert [int(x) for x in filled["a1"]] == [10, 20, -1]
+    # Agent steps: explicit indices reach the hanging value one past the end.
+    assert ep.get_actions(env_steps=False) == {"a0": [10, 20, 30], "a1": [10]}
+    assert ep.get_actions([-1], env_steps=False) == {"a0": [30], "a1": [20]}
+    assert ep.get_actions(1, env_steps=False) == {"a0": 20, "a1": 20}
+    assert ep.get_rewards([0, 1], env_steps=False) == {"a0": [1.0, 2.0], "a1": [1.0, 2.5]}
+
+
+@pytest.mark.parametrize("indices", [[0, 5], [5], 5, [-5]])
+def test_multi_agent_getters_out_of_range_agent_step_raises(indices):
+    ep = _episode_with_a_hanging_action()
+    with pytest.raises(IndexError, match=r"Index -?5 is out of range"):
+        ep.get_actions(indices, env_steps=False)
+    with pytest.raises(IndexError, match=r"Index -?5 is out of range"):
+        ep.get_rewards(indices, env_steps=False)
+    with pytest.raises(IndexError, match=r"Index -?5 is out of range"):
+        ep.get_extra_model_outputs("x", indices, env_steps=False)
