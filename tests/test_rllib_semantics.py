@@ -201,3 +201,27 @@ def test_multi_agent_getters_out_of_range_agent_step_raises(indices):
         ep.get_rewards(indices, env_steps=False)
     with pytest.raises(IndexError, match=r"Index -?5 is out of range"):
         ep.get_extra_model_outputs("x", indices, env_steps=False)
+
+
+# -- gym_env_vectorize_mode="vector_entry_point" -------------------------------------------------
+def test_vector_entry_point_mode_builds_gymnasiums_vector_env():
+    import gymnasium as gym
+
+    from envrunners.algorithms.ppo import PPOConfig
+    from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(
+            num_envs_per_env_runner=3, gym_env_vectorize_mode=gym.VectorizeMode.VECTOR_ENTRY_POINT
+        )
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        assert type(runner.env.unwrapped).__name__ == "CartPoleVectorEnv"
+        assert runner.env.num_envs == 3
+        episodes = runner.sample(num_timesteps=30, random_actions=True)
+        assert sum(len(e) for e in episodes) >= 30
+    finally:
+        runner.stop()

@@ -19,6 +19,7 @@ from envrunners.errors import EnvCreatorError, UnknownEnvError
 
 __all__ = [
     "check_is_env",
+    "has_gym_vector_entry_point",
     "is_multi_agent_env",
     "register_env",
     "resolve_env_creator",
@@ -136,6 +137,18 @@ def resolve_env_creator(env: Any, env_context: Any) -> Callable[[], Any]:
         f"config.env={env!r} (type {type(env).__name__}) is not usable: expected a gymnasium "
         "id or registered name (str), an env class, or a callable env_creator(env_context)."
     )
+
+
+def has_gym_vector_entry_point(env: Any) -> bool:
+    """True when ``env`` names a gymnasium id (not a registered name) with a vector entry point.
+
+    Such an env is built by ``gym.make_vec(..., vectorization_mode="vector_entry_point")``,
+    as RLlib does for ``gym_env_vectorize_mode="vector_entry_point"``.
+    """
+    if not isinstance(env, str) or env in _REGISTRY or _tune_registered(env) is not None:
+        return False
+    spec = gym.registry.get(env)
+    return spec is not None and getattr(spec, "vector_entry_point", None) is not None
 
 
 def is_multi_agent_env(obj: Any) -> bool:
