@@ -6,6 +6,7 @@ catches, and the values returned; our messages (did-you-mean hints) are kept.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from envrunners import errors
@@ -225,3 +226,29 @@ def test_vector_entry_point_mode_builds_gymnasiums_vector_env():
         assert sum(len(e) for e in episodes) >= 30
     finally:
         runner.stop()
+
+
+@pytest.mark.parametrize("finalized", [False, True])
+def test_lookback_buffer_slice_wholly_outside_with_fill_gives_fill_values(finalized):
+    # RLlib's own unit test cases (buffer.get(slice(-10, -12), fill=0.0), slice(100, 98), ...).
+    import gymnasium as gym
+
+    from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
+
+    buf = InfiniteLookbackBuffer(data=[0, 1, 2, 3, 4, 5], lookback=3, space=gym.spaces.Discrete(6))
+    if finalized:
+        buf.finalize()
+    for bounds, neg in [
+        ((-10, -12), False),
+        ((-10, -12), True),
+        ((100, 98), False),
+        ((100, 98), True),
+    ]:
+        got = buf.get(slice(*bounds), fill=7, neg_index_as_lookback=neg)
+        assert [int(x) for x in got] == [7, 7]
+    got = buf.get(slice(-9, -4, -1), fill=7, neg_index_as_lookback=True)
+    assert [int(x) for x in got] == [7] * 5
+    hot = buf.get(slice(100, 98), fill=0, one_hot_discrete=True)
+    assert np.asarray(hot).shape == (2, 6) and not np.asarray(hot).any()
+    # Without fill such a slice is empty, as before.
+    assert len(buf.get(slice(100, 98))) == 0

@@ -290,7 +290,9 @@ class InfiniteLookbackBuffer:
             neg_index_as_lookback: Read negative indices as positions before the
                 chunk start (-1 = the last lookback item).
             fill: Pad out-of-range positions with this value (shaped like the space)
-                instead of raising (int) or clipping (slice).
+                instead of raising (int, list) or clipping (slice). A slice wholly
+                outside the data gives ``|start - stop|`` fill items in either
+                direction, as in RLlib.
             one_hot_discrete: One-hot encode Discrete/MultiDiscrete components
                 (float32); fill positions then become all-zero vectors.
             _ignore_last_ts: Act as if the last item were not there (multi-agent use).
@@ -311,6 +313,12 @@ class InfiniteLookbackBuffer:
             positions: range | list[int] = range(self.lookback, n)
         elif isinstance(indices, slice):
             positions = self._slice_positions(indices, neg_index_as_lookback, n)
+            a, b = positions.start, positions.stop
+            if fill is not None and abs(positions.step) == 1 and (max(a, b) < 0 or min(a, b) >= n):
+                # As RLlib: a slice wholly outside the data gives ``|a - b|`` fill items,
+                # whichever its direction (``buf[100:98]`` -> two fills).
+                empty = self._take_range(data, 0, 0, one_hot_discrete)
+                return self._pad(empty, abs(a - b), 0, fill, one_hot_discrete)
         elif isinstance(indices, (int, np.integer)):
             return self._get_one(
                 data, int(indices), n, neg_index_as_lookback, fill, one_hot_discrete
