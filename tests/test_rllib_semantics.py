@@ -252,3 +252,36 @@ def test_lookback_buffer_slice_wholly_outside_with_fill_gives_fill_values(finali
     assert np.asarray(hot).shape == (2, 6) and not np.asarray(hot).any()
     # Without fill such a slice is empty, as before.
     assert len(buf.get(slice(100, 98))) == 0
+
+
+@pytest.mark.parametrize(
+    ("builder", "kwargs", "message"),
+    [
+        (
+            "framework",
+            {"torch_compile_learner": True},
+            "torch_compile_learner=True is not supported",
+        ),
+        ("framework", {"torch_compile_worker": True}, "torch.compile is not applied"),
+        ("framework", {"torch_ddp_kwargs": {"find_unused_parameters": True}}, "DistributedData"),
+        ("learners", {"num_aggregator_actors_per_learner": 2}, "no aggregator actors"),
+        ("env_runners", {"use_env_runner_state_server": True}, "without a server"),
+        ("training", {"learner_connector": print}, "no learner pipeline"),
+        ("resources", {"_fake_gpus": True}, "no fake-GPU mode"),
+        ("training", {"grad_clip": 1.0, "grad_clip_by": "value"}, "grad_clip_by='value'"),
+    ],
+)
+def test_keys_envrunners_has_no_code_for_are_refused_by_validate(builder, kwargs, message):
+    from envrunners.algorithms.ppo import PPOConfig
+
+    config = getattr(PPOConfig().environment("CartPole-v1"), builder)(**kwargs)  # stored
+    with pytest.raises(errors.ConfigError, match=message):
+        config.validate()
+
+
+def test_default_values_of_unsupported_keys_pass_validate_and_round_trip():
+    from envrunners.algorithms.ppo import PPOConfig
+
+    config = PPOConfig().environment("CartPole-v1").training(grad_clip=1.0)
+    config.validate()
+    PPOConfig.from_dict(config.to_dict()).validate()

@@ -51,6 +51,7 @@ from envrunners.algorithms._config_fields import (
     TF_ONLY,
     TRAIN,
     UNSUPPORTED,
+    UNSUPPORTED_VALUES,
     ConfigField,
     builder_keywords,
     default_policy_mapping_fn,
@@ -262,7 +263,8 @@ class AlgorithmConfig:
         """Select the deep-learning framework: only ``"torch"``; TensorFlow raises ``ConfigError``.
 
         TensorFlow-only options (``eager_tracing``, ``tf_session_args``, ...) are
-        ignored with a warning; ``torch_compile_*`` and ``torch_ddp_kwargs`` are stored.
+        ignored with a warning; ``torch_compile_*`` and ``torch_ddp_kwargs`` are stored,
+        and ``validate()`` refuses values other than their defaults (no code uses them).
         """
         return self._update(FW, {"framework": framework, **kwargs})
 
@@ -476,6 +478,19 @@ class AlgorithmConfig:
                         f"policies_to_train names {pid!r}, which is not in policies "
                         f"({sorted(self.policies)}).{suggest(pid, self.policies, n=1)}"
                     )
+        fields = type(self)._FIELDS
+        for key, reason in UNSUPPORTED_VALUES.items():
+            value = getattr(self, key)
+            if value != fields[key].default:
+                problems.append(
+                    f"{key}={value!r} is not supported by envrunners ({reason}); "
+                    f"leave it at its default {fields[key].default!r}."
+                )
+        if self.grad_clip is not None and self.grad_clip_by != "global_norm":
+            problems.append(
+                f"grad_clip_by={self.grad_clip_by!r} is not supported by envrunners: gradients "
+                "are clipped by their global norm; use grad_clip_by='global_norm'."
+            )
         if isinstance(self.evaluation_config, dict):
             where = f"{type(self).__name__}.evaluation_config"
             _, found = self._resolve(None, self.evaluation_config, where)
