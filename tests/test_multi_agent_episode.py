@@ -681,8 +681,14 @@ def test_property_bookkeeping_invariants(run):
     obs = ep.get_observations()
     for aid, sa in ep.agent_episodes.items():
         assert list(obs[aid]) == list(sa.get_observations())
+    # Env-step getters also report a hanging action's rewards (as RLlib does).
     rewards = ep.get_rewards(return_list=True, indices=slice(0, None))
-    assert sum(sum(d.values()) for d in rewards) == pytest.approx(ep.get_return())
+    hanging = sum(
+        ep._hanging_rewards_end.get(aid, 0.0)
+        for aid in ep._hanging_actions_end
+        if aid in ep.agent_episodes
+    )
+    assert sum(sum(d.values()) for d in rewards) == pytest.approx(ep.get_return() + hanging)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,9 +5,11 @@ value, what was expected and, where there is one, the fix::
 
     EnvRunnersError                  base of everything below
     ├── ConfigError(ValueError)      a config key, type or value is wrong
-    │   └── FrozenConfigError(AttributeError) a frozen config was modified
+    │   ├── FrozenConfigError(AttributeError) a frozen config was modified
+    │   └── UnknownOptionError(TypeError) an unknown keyword to a builder method
     ├── CliError                     bad command-line input (exit code 2) or a failed command
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
+    │   └── UnknownEnvError(EnvError) an env id that cannot be found or created
     ├── UnknownPolicyError(KeyError) a policy/module id that is not known
     │   └── UnknownPolicyToRemoveError(ValueError) remove_policy() of an unknown id
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
@@ -24,7 +26,10 @@ value, what was expected and, where there is one, the fix::
     ├── ColumnKeyError(KeyError)     a batch column that is missing or forbidden
     ├── SubEnvError(RuntimeError)    a sub-env in a worker process raised, died or hung
     ├── ModuleActingError(ValueError) an RLModule's acting inputs or outputs are unusable
-    └── ConnectorError(ValueError)   a connector returned no batch or lacks what it reads
+    ├── ConnectorError(ValueError)   a connector returned no batch or lacks what it reads
+    ├── EnvError(ValueError)         an env is not valid (``ray.rllib.utils.error``)
+    ├── UnsupportedSpaceException    an observation or action space is not supported
+    └── NotSerializable              an object cannot be serialized
 
     StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
                                      silent recreate (``ray.rllib.env.env_errors``)
@@ -47,10 +52,12 @@ __all__ = [
     "ConnectorError",
     "DeprecatedAPIError",
     "EnvCreatorError",
+    "EnvError",
     "EnvRunnerError",
     "EnvRunnersError",
     "FrozenConfigError",
     "ModuleActingError",
+    "NotSerializable",
     "MultiAgentEnvError",
     "OfflineDataError",
     "OfflineInputNotFoundError",
@@ -59,8 +66,11 @@ __all__ = [
     "StepFailedRecreateEnvError",
     "SubEnvError",
     "UnencodableValueError",
+    "UnknownEnvError",
+    "UnknownOptionError",
     "UnknownPolicyError",
     "UnknownPolicyToRemoveError",
+    "UnsupportedSpaceException",
     "suggest",
 ]
 
@@ -269,4 +279,36 @@ class ConnectorError(EnvRunnersError, ValueError):
     Raised when a connector's ``__call__`` returns ``None`` instead of the batch, or
     when a stock piece needs information (per-sub-env episode views) that the
     calling runner does not provide.
+    """
+
+
+# -- RLlib's exception classes (ray.rllib.utils.error) and their catchable bases (issue 15) ------
+
+
+class EnvError(EnvRunnersError, ValueError):
+    """An RL environment failed validation (RLlib's ``EnvError``; also a ``ValueError``)."""
+
+
+class UnsupportedSpaceException(EnvRunnersError):
+    """An action or observation space that a component cannot handle (as in RLlib)."""
+
+
+class NotSerializable(EnvRunnersError):
+    """An object that cannot be serialized to be sent to a remote actor (as in RLlib)."""
+
+
+class UnknownOptionError(ConfigError, TypeError):
+    """An unknown keyword was passed to a config builder method.
+
+    A ``TypeError``, which Python (and so RLlib) raises for an unexpected keyword
+    argument; a ``ConfigError`` too, so the did-you-mean message and ``except
+    ConfigError`` keep working.
+    """
+
+
+class UnknownEnvError(EnvCreatorError, EnvError):
+    """An env id that is neither a registered name nor a gymnasium id, or that gym cannot make.
+
+    An ``EnvError`` and ``ValueError`` (what RLlib's ``Algorithm`` raises for an invalid
+    env descriptor), and still an ``EnvCreatorError`` for code written against envrunners.
     """

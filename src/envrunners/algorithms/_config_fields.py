@@ -430,6 +430,21 @@ UNSUPPORTED: dict[str, str] = {
         "it is deprecated in RLlib and has no effect here",
     ),
 }  # fmt: skip
+# RLlib keys that envrunners stores (RLlib configs and dicts carry them) but has no code
+# for: ``validate()`` refuses any value but the default, naming the reason.
+UNSUPPORTED_VALUES: dict[str, str] = {
+    "torch_compile_learner": "torch.compile is not applied to the learners' modules",
+    "torch_compile_worker": "torch.compile is not applied to the env runners' modules",
+    "torch_ddp_kwargs": "learners run in the driver process, without DistributedDataParallel",
+    "custom_resources_per_learner": "learners run in the driver process, not as Ray actors",
+    "num_aggregator_actors_per_learner": "there are no aggregator actors",
+    "use_env_runner_state_server": "env runner states are synced directly, without a server",
+    "learner_connector": "the learners build their batches themselves (no learner pipeline)",
+    "_torch_grad_scaler_class": "the learners train in full precision (no grad scaler)",
+    "_torch_lr_scheduler_classes": "the learners take lr schedules only as lr=[[t, lr], ...]",
+    "_fake_gpus": "there is no fake-GPU mode",
+}
+
 # dict-style key (RLlib's to_dict / old dict configs) <-> attribute name.
 DICT_KEYS = {
     "framework_str": "framework",

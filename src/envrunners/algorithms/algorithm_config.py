@@ -51,13 +51,14 @@ from envrunners.algorithms._config_fields import (
     TF_ONLY,
     TRAIN,
     UNSUPPORTED,
+    UNSUPPORTED_VALUES,
     ConfigField,
     builder_keywords,
     default_policy_mapping_fn,
     extend_fields,
 )
 from envrunners.core import DEFAULT_POLICY_ID
-from envrunners.errors import ConfigError, FrozenConfigError, suggest
+from envrunners.errors import ConfigError, FrozenConfigError, UnknownOptionError, suggest
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -262,7 +263,8 @@ class AlgorithmConfig:
         """Select the deep-learning framework: only ``"torch"``; TensorFlow raises ``ConfigError``.
 
         TensorFlow-only options (``eager_tracing``, ``tf_session_args``, ...) are
-        ignored with a warning; ``torch_compile_*`` and ``torch_ddp_kwargs`` are stored.
+        ignored with a warning; ``torch_compile_*`` and ``torch_ddp_kwargs`` are stored,
+        and ``validate()`` refuses values other than their defaults (no code uses them).
         """
         return self._update(FW, {"framework": framework, **kwargs})
 
@@ -476,6 +478,19 @@ class AlgorithmConfig:
                         f"policies_to_train names {pid!r}, which is not in policies "
                         f"({sorted(self.policies)}).{suggest(pid, self.policies, n=1)}"
                     )
+        fields = type(self)._FIELDS
+        for key, reason in UNSUPPORTED_VALUES.items():
+            value = getattr(self, key)
+            if value != fields[key].default:
+                problems.append(
+                    f"{key}={value!r} is not supported by envrunners ({reason}); "
+                    f"leave it at its default {fields[key].default!r}."
+                )
+        if self.grad_clip is not None and self.grad_clip_by != "global_norm":
+            problems.append(
+                f"grad_clip_by={self.grad_clip_by!r} is not supported by envrunners: gradients "
+                "are clipped by their global norm; use grad_clip_by='global_norm'."
+            )
         if isinstance(self.evaluation_config, dict):
             where = f"{type(self).__name__}.evaluation_config"
             _, found = self._resolve(None, self.evaluation_config, where)
@@ -679,19 +694,27 @@ class AlgorithmConfig:
         given = {k: v for k, v in kwargs.items() if v is not NotProvided}
         if given:
             self._check_not_frozen(next(iter(given)))
-        values, problems = self._resolve(section, given, f"{type(self).__name__}.{section}()")
+        unknown: list[str] = []
+        values, problems = self._resolve(
+            section, given, f"{type(self).__name__}.{section}()", unknown
+        )
         if problems:
-            raise ConfigError(problems=problems)
+            raise (UnknownOptionError if unknown else ConfigError)(problems=problems)
         for name, value in values.items():
             object.__setattr__(self, name, value)
         return self
 
     def _resolve(
-        self, section: str | None, kwargs: dict[str, Any], where: str
+        self,
+        section: str | None,
+        kwargs: dict[str, Any],
+        where: str,
+        unknown: list[str] | None = None,
     ) -> tuple[dict[str, Any], list[str]]:
         """Map keys to attribute names and check values; return ``(values, problems)``.
 
-        ``section=None`` accepts every key (dict I/O), a builder name only its keys.
+        ``section=None`` accepts every key (dict I/O), a builder name only its keys;
+        keys the builder does not take are appended to ``unknown`` when given.
         """
         cls, values, problems = type(self), {}, []
         for key, value in kwargs.items():
@@ -705,6 +728,8 @@ class AlgorithmConfig:
                     values[name] = cls._FIELDS[name].check(name, value)
             except ConfigError as e:
                 problems.extend(e.problems)
+                if unknown is not None and isinstance(e, UnknownOptionError):
+                    unknown.append(key)
         return values, problems
 
     def _attr_for_key(self, section: str | None, key: str, where: str) -> str | None:
@@ -731,17 +756,19 @@ class AlgorithmConfig:
             raise ConfigError(
                 f"Option {key!r} of {where} is not supported by envrunners: {UNSUPPORTED[key]}."
             )
+        # A keyword a builder method does not take is a TypeError, as Python raises for it.
+        error = ConfigError if section is None else UnknownOptionError
         home = cls._home_section(key)
         if home is None and key in cls._FIELDS:
-            raise ConfigError(
+            raise error(
                 f"Option {key!r} is not set by a builder method; assign config.{key} instead."
             )
         if home is not None:
-            raise ConfigError(
+            raise error(
                 f"Option {key!r} is not accepted by {where}; set it with "
                 f"{cls.__name__}.{home}({key}=...)."
             )
-        raise ConfigError(f"Unknown option {key!r} for {where}.{suggest(key, accepted, n=1)}")
+        raise error(f"Unknown option {key!r} for {where}.{suggest(key, accepted, n=1)}")
 
     @classmethod
     def _home_section(cls, key: str) -> str | None:

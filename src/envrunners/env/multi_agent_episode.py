@@ -1021,8 +1021,9 @@ class MultiAgentEpisode:
     ) -> MultiAgentDict | list[MultiAgentDict]:
         """Return actions; env step ``i`` holds the actions sent on observations ``i``.
 
-        An action still hanging (no observation after it yet) is not included;
-        it is in ``_hanging_actions_end``. See ``get_observations`` for the args.
+        An action still hanging (no observation after it yet) is included at the env
+        step of the observation it answered, and, with ``env_steps=False`` and explicit
+        indices, one past the agent's last step (as in RLlib). See ``get_observations``.
         """
         return self._get_data(
             ACTIONS,
@@ -1047,8 +1048,8 @@ class MultiAgentEpisode:
     ) -> MultiAgentDict | list[MultiAgentDict]:
         """Return agent-step rewards; env step ``i`` holds those of agents observing at ``i+1``.
 
-        Hanging (not yet completed) rewards are not included. See
-        ``get_observations`` for the args.
+        With a hanging action, the rewards received since it are included with it (as
+        in RLlib). See ``get_observations`` for the args.
         """
         return self._get_data(
             REWARDS,
@@ -1128,9 +1129,14 @@ class MultiAgentEpisode:
                 sa = self.agent_episodes.get(aid)
                 buf = None if sa is None else _buffer_of(sa, what, key)
                 if buf is not None:
+                    # RLlib: explicit indices also reach a hanging value (one past the end).
+                    hanging = NOT_GIVEN if indices is None else self._hanging_value(what, aid, key)
+                    if hanging is not NOT_GIVEN:
+                        get_kw["_add_last_ts_value"] = hanging
                     out[aid] = buf.get(
                         indices, neg_index_as_lookback=neg_index_as_lookback, **get_kw
                     )
+                    get_kw.pop("_add_last_ts_value", None)
             return out
 
         lookback = self._len_lookback_buffers
@@ -1150,7 +1156,9 @@ class MultiAgentEpisode:
             positions = [p for p in positions if 0 <= p < n]
 
         # Per agent: a relative index (or None for "absent") at every requested position.
-        per_agent: dict[Any, tuple[InfiniteLookbackBuffer, list[int | None]]] = {}
+        # A hanging value (see the module docstring) sits at the relative index ``len(sa)``,
+        # one past the buffer's end, passed to ``buf.get`` as ``_add_last_ts_value``.
+        per_agent: dict[Any, tuple[InfiniteLookbackBuffer, list[int | None], dict]] = {}
         plist = [positions] if single else positions
         for aid in agents:
             sa = self.agent_episodes.get(aid)
@@ -1162,30 +1170,53 @@ class MultiAgentEpisode:
             data = self._mapping_data(aid)
             t0, num, lb = sa.t_started, len(sa), buf.lookback
             rels = [agent_index(what, data, p, t0, num, lb) if 0 <= p < n else None for p in plist]
-            per_agent[aid] = (buf, rels)
+            kw = get_kw
+            hanging = self._hanging_value(what, aid, key)
+            if hanging is not NOT_GIVEN:
+                at = last_obs_position(data)
+                rels = [
+                    num if r is None and p == at else r for p, r in zip(plist, rels, strict=True)
+                ]
+                kw = {**get_kw, "_add_last_ts_value": hanging}
+            per_agent[aid] = (buf, rels, kw)
 
         far = 1 << 40  # a relative index that is out of range for every buffer (-> fill)
         if single or return_list:
             count = 1 if single else len(positions)
             rows: list[dict[Any, Any]] = [{} for _ in range(count)]
-            for aid, (buf, rels) in per_agent.items():
+            for aid, (buf, rels, kw) in per_agent.items():
                 for j, rel in enumerate(rels):
                     if rel is not None:
-                        rows[j][aid] = buf.get(rel, neg_index_as_lookback=True, **get_kw)
+                        rows[j][aid] = buf.get(rel, neg_index_as_lookback=True, **kw)
                     elif fill is not None:
-                        rows[j][aid] = buf.get(far, neg_index_as_lookback=True, **get_kw)
+                        rows[j][aid] = buf.get(far, neg_index_as_lookback=True, **kw)
             return rows[0] if single else rows
 
         out = {}
-        for aid, (buf, rels) in per_agent.items():
+        for aid, (buf, rels, kw) in per_agent.items():
             if fill is None:
                 wanted = [r for r in rels if r is not None]
                 if not wanted:
                     continue
             else:
                 wanted = [far if r is None else r for r in rels]
-            out[aid] = buf.get(wanted, neg_index_as_lookback=True, **get_kw)
+            out[aid] = buf.get(wanted, neg_index_as_lookback=True, **kw)
         return out
+
+    def _hanging_value(self, what: str, aid: Any, key: str | None) -> Any:
+        """``aid``'s hanging action, reward or extra output ``key``, or ``NOT_GIVEN``.
+
+        The agent acted on its last observation and has not observed since; the
+        reward is what it received since then (as RLlib's getters report it).
+        """
+        if what not in (ACTIONS, REWARDS, EXTRA) or aid not in self._hanging_actions_end:
+            return NOT_GIVEN
+        if what == ACTIONS:
+            return self._hanging_actions_end[aid]
+        if what == REWARDS:
+            return self._hanging_rewards_end.get(aid, 0.0)
+        extras = self._hanging_extra_model_outputs_end.get(aid) or {}
+        return extras.get(key, NOT_GIVEN)
 
     # --------------------------------------------------------------- setters
     def _sa(self, agent_id: Any) -> SingleAgentEpisode:

@@ -15,10 +15,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from envrunners.errors import EnvCreatorError
+from envrunners.errors import EnvCreatorError, UnknownEnvError
 
 __all__ = [
     "check_is_env",
+    "has_gym_vector_entry_point",
     "is_multi_agent_env",
     "register_env",
     "resolve_env_creator",
@@ -87,11 +88,11 @@ def _call_creator(creator: Callable[..., Any], env_context: Any) -> Any:
         raise
 
 
-def _unknown_id_error(env_id: str) -> EnvCreatorError:
+def _unknown_id_error(env_id: str) -> UnknownEnvError:
     known = list(gym.registry.keys()) + list(_REGISTRY)
     close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return EnvCreatorError(
+    return UnknownEnvError(
         f"Unknown env {env_id!r}: it is neither a gymnasium id nor a name given to "
         f"envrunners.env.registry.register_env().{hint} Pass a registered gymnasium id "
         f"(e.g. 'CartPole-v1'), an env class, or a callable env_creator(env_context)."
@@ -136,6 +137,18 @@ def resolve_env_creator(env: Any, env_context: Any) -> Callable[[], Any]:
         f"config.env={env!r} (type {type(env).__name__}) is not usable: expected a gymnasium "
         "id or registered name (str), an env class, or a callable env_creator(env_context)."
     )
+
+
+def has_gym_vector_entry_point(env: Any) -> bool:
+    """True when ``env`` names a gymnasium id (not a registered name) with a vector entry point.
+
+    Such an env is built by ``gym.make_vec(..., vectorization_mode="vector_entry_point")``,
+    as RLlib does for ``gym_env_vectorize_mode="vector_entry_point"``.
+    """
+    if not isinstance(env, str) or env in _REGISTRY or _tune_registered(env) is not None:
+        return False
+    spec = gym.registry.get(env)
+    return spec is not None and getattr(spec, "vector_entry_point", None) is not None
 
 
 def is_multi_agent_env(obj: Any) -> bool:

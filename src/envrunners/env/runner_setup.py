@@ -23,7 +23,11 @@ from envrunners.connectors.vector_episodes import row_of
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act, initial_state_batch
 from envrunners.env.env_context import EnvContext
-from envrunners.env.registry import check_is_env, resolve_env_creator
+from envrunners.env.registry import (
+    check_is_env,
+    has_gym_vector_entry_point,
+    resolve_env_creator,
+)
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 from envrunners.errors import ConfigError, EnvCreatorError, SpaceError
 from envrunners.sampling.buffers import RecurrentState, tree_map
@@ -83,11 +87,17 @@ def make_vector_env(
 
     ``sync`` uses ``FastSyncVectorEnv`` (per-sub-env restarts); ``async`` runs the
     sub-envs in worker processes with shared memory; ``vector_entry_point`` calls
-    the creator once with ``num_envs`` and expects a gymnasium ``VectorEnv``.
+    the creator once with ``num_envs`` and expects a gymnasium ``VectorEnv`` (a gymnasium
+    id with a vector entry point goes through ``gym.make_vec``, as in RLlib).
     """
     ctx = make_env_context(config, worker_index, num_workers)
     n = int(config.num_envs_per_env_runner)
     mode = _mode(config)
+    if mode == "vector_entry_point" and has_gym_vector_entry_point(config.env):
+        env = gym.make_vec(
+            config.env, num_envs=n, vectorization_mode="vector_entry_point", **dict(ctx)
+        )
+        return _infos_as_list(env), ctx
     if mode == "vector_entry_point":
         creator = resolve_env_creator(
             config.env, ctx.copy_with_overrides(env_config={**ctx, "num_envs": n})

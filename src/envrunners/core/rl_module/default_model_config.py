@@ -11,9 +11,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from envrunners.errors import ConfigError
+from envrunners.errors import ConfigError, suggest
 
-__all__ = ["ACTIVATION_NAMES", "DefaultModelConfig", "resolve_model_config"]
+__all__ = [
+    "ACTIVATION_NAMES",
+    "DefaultModelConfig",
+    "check_model_config_keys",
+    "resolve_model_config",
+]
 
 Initializer = str | Callable[..., Any] | None
 
@@ -142,3 +147,50 @@ def resolve_model_config(model_config: Mapping[str, Any]) -> dict[str, Any]:
                 f"{sorted(str(a) for a in ACTIVATION_NAMES)}."
             )
     return cfg
+
+
+#: Keys of RLlib's old-stack ``MODEL_DEFAULTS`` (``ray.rllib.models.catalog``): RLlib
+#: configs carry them, so they are known names even where the default module ignores them.
+RLLIB_MODEL_DEFAULTS_KEYS = frozenset(
+    {"_disable_action_flattening", "_disable_preprocessor_api", "_time_major",
+     "_use_default_native_models", "always_check_shapes", "attention_dim", "attention_head_dim",
+     "attention_init_gru_gate_bias", "attention_memory_inference", "attention_memory_training",
+     "attention_num_heads", "attention_num_transformer_units", "attention_position_wise_mlp_dim",
+     "attention_use_n_prev_actions", "attention_use_n_prev_rewards", "conv_activation",
+     "conv_bias_initializer", "conv_bias_initializer_config", "conv_filters",
+     "conv_kernel_initializer", "conv_kernel_initializer_config",
+     "conv_transpose_bias_initializer", "conv_transpose_bias_initializer_config",
+     "conv_transpose_kernel_initializer", "conv_transpose_kernel_initializer_config",
+     "custom_action_dist", "custom_model", "custom_model_config", "custom_preprocessor", "dim",
+     "encoder_latent_dim", "fcnet_activation", "fcnet_bias_initializer",
+     "fcnet_bias_initializer_config", "fcnet_hiddens", "fcnet_weights_initializer",
+     "fcnet_weights_initializer_config", "framestack", "free_log_std", "grayscale",
+     "log_std_clip_param", "lstm_bias_initializer", "lstm_bias_initializer_config",
+     "lstm_cell_size", "lstm_use_prev_action", "lstm_use_prev_action_reward",
+     "lstm_use_prev_reward", "lstm_weights_initializer", "lstm_weights_initializer_config",
+     "max_seq_len", "no_final_linear", "post_fcnet_activation", "post_fcnet_bias_initializer",
+     "post_fcnet_bias_initializer_config", "post_fcnet_hiddens", "post_fcnet_weights_initializer",
+     "post_fcnet_weights_initializer_config", "use_attention", "use_lstm", "vf_share_layers",
+     "zero_mean"}
+)  # fmt: skip
+
+
+def check_model_config_keys(model_config: Mapping[str, Any]) -> None:
+    """Refuse a ``model_config`` key that neither the default module nor RLlib knows.
+
+    Why: the default module would silently ignore a typo (``fcnet_hidden``) and train
+    a different network than asked for. Only called where envrunners picks the default
+    module itself; custom modules may read any keys of their own.
+
+    Raises:
+        ConfigError: Names the unknown key, a close match, and the known keys.
+    """
+    known = {f.name for f in dataclasses.fields(DefaultModelConfig)} | RLLIB_MODEL_DEFAULTS_KEYS
+    unknown = [k for k in model_config if k not in known]
+    if unknown:
+        key = unknown[0]
+        raise ConfigError(
+            f"Unknown model_config key {key!r} for the default RLModule.{suggest(key, known)} "
+            f"Known keys: {sorted(known)}. A custom RLModule (config.rl_module("
+            "rl_module_spec=...)) may read keys of its own."
+        )

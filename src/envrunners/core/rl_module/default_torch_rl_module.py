@@ -52,7 +52,10 @@ from envrunners.core.rl_module._torch_encoders import (
     init_layer,
 )
 from envrunners.core.rl_module.apis.value_function_api import ValueFunctionAPI
-from envrunners.core.rl_module.default_model_config import resolve_model_config
+from envrunners.core.rl_module.default_model_config import (
+    check_model_config_keys,
+    resolve_model_config,
+)
 from envrunners.core.rl_module.rl_module import (
     RLModule,
     RLModuleSpec,
@@ -699,6 +702,8 @@ def default_rl_module_spec(
             the leaf's path, what is supported and how to plug in a custom module), or
             an image size with no default ``conv_filters`` / filters that do not fit.
     """
+    if model_config is not None:
+        check_model_config_keys(_model_config_dict(model_config))
     ObservationLayout(observation_space)
     ActionLayout(action_space)
     if is_image_space(observation_space):

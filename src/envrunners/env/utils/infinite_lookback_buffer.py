@@ -290,7 +290,9 @@ class InfiniteLookbackBuffer:
             neg_index_as_lookback: Read negative indices as positions before the
                 chunk start (-1 = the last lookback item).
             fill: Pad out-of-range positions with this value (shaped like the space)
-                instead of raising (int) or clipping (slice).
+                instead of raising (int, list) or clipping (slice). A slice wholly
+                outside the data gives ``|start - stop|`` fill items in either
+                direction, as in RLlib.
             one_hot_discrete: One-hot encode Discrete/MultiDiscrete components
                 (float32); fill positions then become all-zero vectors.
             _ignore_last_ts: Act as if the last item were not there (multi-agent use).
@@ -300,7 +302,8 @@ class InfiniteLookbackBuffer:
             One item, or a batch: a list (not finalized) or numpy data (finalized).
 
         Raises:
-            IndexError: An int index out of range without ``fill``.
+            IndexError: An int index, or an index in a list, out of range without ``fill``
+                (as RLlib; slices are clipped instead).
         """
         data = self.data
         if _ignore_last_ts or _add_last_ts_value is not None:
@@ -310,12 +313,22 @@ class InfiniteLookbackBuffer:
             positions: range | list[int] = range(self.lookback, n)
         elif isinstance(indices, slice):
             positions = self._slice_positions(indices, neg_index_as_lookback, n)
+            a, b = positions.start, positions.stop
+            if fill is not None and abs(positions.step) == 1 and (max(a, b) < 0 or min(a, b) >= n):
+                # As RLlib: a slice wholly outside the data gives ``|a - b|`` fill items,
+                # whichever its direction (``buf[100:98]`` -> two fills).
+                empty = self._take_range(data, 0, 0, one_hot_discrete)
+                return self._pad(empty, abs(a - b), 0, fill, one_hot_discrete)
         elif isinstance(indices, (int, np.integer)):
             return self._get_one(
                 data, int(indices), n, neg_index_as_lookback, fill, one_hot_discrete
             )
         else:
             positions = [self._pos(int(i), neg_index_as_lookback, n) for i in indices]
+            if fill is None:
+                for i, p in zip(indices, positions, strict=True):
+                    if not 0 <= p < n:
+                        raise self._out_of_range(i, n)
         return self._gather(data, positions, n, fill, one_hot_discrete)
 
     __getitem__ = get
@@ -324,11 +337,14 @@ class InfiniteLookbackBuffer:
         """Return the single item at episode index ``i``."""
         p = self._pos(i, neg_lb, n)
         if not 0 <= p < n and fill is None:
-            raise IndexError(
-                f"Index {i} is out of range: the buffer has {n - self.lookback} items "
-                f"after a lookback of {self.lookback} (pass fill= to pad)."
-            )
+            raise self._out_of_range(i, n)
         return self._item_at(data, p, n, fill, one_hot)
+
+    def _out_of_range(self, i: Any, n: int) -> IndexError:
+        return IndexError(
+            f"Index {i} is out of range: the buffer has {n - self.lookback} items "
+            f"after a lookback of {self.lookback} (pass fill= to pad)."
+        )
 
     def _item_at(self, data: Any, p: int, n: int, fill: Any, one_hot: bool) -> Any:
         """Return the item at data position ``p``, or the fill item when out of range."""

@@ -226,8 +226,8 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
         return tuple(env.render() for env in self.envs)
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Close every sub-env."""
-        for env in self.envs:
+        """Close every sub-env (none when the constructor failed before building them)."""
+        for env in getattr(self, "envs", ()):
             try:
                 env.close()
             except Exception:  # closing must not hide the reason we are closing
