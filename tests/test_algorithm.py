@@ -249,3 +249,23 @@ def test_from_checkpoint_refuses_a_foreign_directory(tmp_path):
     save_state(tmp_path / "other", {"x": 1}, {"format": "something-else"})
     with pytest.raises(EnvRunnersError, match="not an Algorithm checkpoint"):
         Algorithm.from_checkpoint(tmp_path / "other")
+
+
+# ---------------------------------------------------------------------- solving CartPole
+def test_rllib_script_example_solves_cartpole_and_restores_the_greedy_return():
+    """``examples/rllib_script.py`` in-process: mean return >= 450 (about 50 iterations)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "rllib_script.py"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, str(script), "--num-env-runners", "0", "--iterations", "100"],
+        capture_output=True, text=True, timeout=600, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "solved CartPole-v1" in proc.stdout, proc.stdout[-2000:]
+    greedy, restored = proc.stdout.split("greedy return ")[1].split("; restored from ")
+    assert float(greedy) == float(restored.rsplit(": ", 1)[1])
