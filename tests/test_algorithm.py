@@ -184,6 +184,34 @@ def test_evaluate_in_timesteps_with_evaluation_config_overrides(algo):
         evaluator.stop()
 
 
+def test_custom_evaluation_function_gets_the_algorithm_and_the_evaluation_group():
+    seen = []
+
+    def custom(algorithm, group):
+        seen.append((algorithm, group))
+        return {"my_metric": 1.0}, 7, 7
+
+    config = _config(evaluation_interval=1, custom_evaluation_function=custom)
+    custom_algo = config.build_algo()
+    try:
+        result = custom_algo.train()
+        assert result["evaluation"] == {"my_metric": 1.0}
+        assert seen == [(custom_algo, custom_algo.eval_env_runner_group)]
+    finally:
+        custom_algo.stop()
+    bad = _config(custom_evaluation_function=lambda a, g: {"x": 1}).build_algo()
+    try:
+        with pytest.raises(ValueError, match="env_steps, agent_steps"):
+            bad.evaluate()
+    finally:
+        bad.stop()
+
+
+def test_parallel_evaluation_is_refused():
+    with pytest.raises(ConfigError, match="evaluation_parallel_to_training"):
+        _config(evaluation_parallel_to_training=True, evaluation_interval=1).build_algo()
+
+
 # ---------------------------------------------------------------------- weights, checkpoints
 def test_get_and_set_weights_reach_the_runners(algo):
     other = _config().debugging(seed=1).build_algo()

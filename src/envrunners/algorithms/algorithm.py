@@ -223,6 +223,8 @@ class Algorithm:
         ``config.get_evaluation_config_object()`` (``evaluation_config`` overrides,
         ``evaluation_num_env_runners`` runners; none: the group's local runner).
         ``evaluation_duration="auto"`` samples one episode per evaluation runner.
+        A ``custom_evaluation_function(algo, eval_env_runner_group)`` replaces the
+        sampling; it returns ``(results, env_steps, agent_steps)`` as in RLlib.
 
         Returns:
             ``{"env_runners": {...}}`` with the same keys as ``train()``'s
@@ -237,6 +239,8 @@ class Algorithm:
         connector_state.pop("num_env_steps_sampled_lifetime", None)
         if connector_state:
             group.foreach_env_runner("set_state", kwargs={"state": connector_state})
+        if config.custom_evaluation_function is not None:
+            return _custom_evaluation(config.custom_evaluation_function, self, group)
         remote = group.num_healthy_remote_env_runners()
         workers = max(1, remote)
         duration = config.evaluation_duration
@@ -419,6 +423,27 @@ class _Timer:
         self.seconds = time.perf_counter() - self._t0
 
 
+def _custom_evaluation(func: Any, algo: Algorithm, group: Any) -> dict[str, Any]:
+    """Call ``custom_evaluation_function(algo, group)`` and check its ``(dict, int, int)``."""
+    out = func(algo, group)
+    if not (isinstance(out, tuple) and len(out) == 3):
+        raise ValueError(
+            "custom_evaluation_function must return (results dict, env_steps, agent_steps), "
+            f"got {out!r}"
+        )
+    results, env_steps, agent_steps = out
+    if not isinstance(results, dict):
+        raise ValueError(
+            f"custom_evaluation_function must return a dict of metrics, got {results!r}"
+        )
+    if not isinstance(env_steps, int) or not isinstance(agent_steps, int):
+        raise ValueError(
+            "custom_evaluation_function must return int env_steps and agent_steps, got "
+            f"{env_steps!r} and {agent_steps!r}"
+        )
+    return results
+
+
 def _sample_and_report(runner: Any, **kwargs: Any) -> tuple[None, dict]:
     """Runner side of ``evaluate()``: sample (episodes stay there), return the metrics."""
     runner.sample(**kwargs)
@@ -462,6 +487,11 @@ def _refuse_unsupported(config: AlgorithmConfig) -> None:
         problems.append(
             f"{gpus:g} GPU(s) asked for (num_gpus_per_learner / num_gpus) but this machine "
             "has none; set them to 0"
+        )
+    if config.evaluation_parallel_to_training:
+        problems.append(
+            "evaluation_parallel_to_training=True is not supported by Algorithm (evaluation "
+            "runs after the training step); set it to False"
         )
     if config.is_multi_agent:
         problems.append("multi-agent configs (config.multi_agent) are not supported by Algorithm")
