@@ -577,6 +577,29 @@ class AlgorithmConfig:
         return f"{cls.__name__}({', '.join(changed)})"
 
     # ------------------------------------------------------------------ lifecycle
+    def build_algo(self, env: Any = None, **kwargs: Any) -> Any:
+        """Build the algorithm of this config: ``self.algo_class(config=self)``.
+
+        Args:
+            env: Optional env (id or creator) replacing ``self.env``.
+            **kwargs: Other RLlib keywords (``logger_creator``, ...), passed on.
+
+        Raises:
+            ConfigError: The config names no algorithm class (a base
+                ``AlgorithmConfig()``; use ``PPOConfig``/``PGConfig``).
+        """
+        if self.algo_class is None:
+            raise ConfigError(
+                f"{type(self).__name__} names no algorithm class: build_algo() needs an "
+                "algorithm's config (PPOConfig(), PGConfig()) or AlgorithmConfig(algo_class=...)"
+            )
+        return self.algo_class(config=self, env=env, **kwargs)
+
+    def build(self, env: Any = None, **kwargs: Any) -> Any:
+        """Deprecated name of :meth:`build_algo` (warns, as RLlib does)."""
+        _warn("config.build() is deprecated; use config.build_algo() instead.")
+        return self.build_algo(env=env, **kwargs)
+
     def freeze(self) -> None:
         """Make this config read-only: any later set raises ``FrozenConfigError``.
 

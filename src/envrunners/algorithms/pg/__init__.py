@@ -1,5 +1,5 @@
-"""Vanilla policy gradient (REINFORCE): ``PGConfig`` and ``PGTorchPolicy``."""
+"""Vanilla policy gradient (REINFORCE): ``PG``, ``PGConfig`` and ``PGTorchPolicy``."""
 
-from envrunners.algorithms.pg.pg import PGConfig, PGTorchPolicy
+from envrunners.algorithms.pg.pg import PG, PGConfig, PGTorchPolicy
 
-__all__ = ["PGConfig", "PGTorchPolicy"]
+__all__ = ["PG", "PGConfig", "PGTorchPolicy"]

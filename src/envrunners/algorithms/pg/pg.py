@@ -1,8 +1,9 @@
-"""Vanilla policy gradient (REINFORCE): ``PGConfig`` and ``PGTorchPolicy``.
+"""Vanilla policy gradient (REINFORCE): ``PG``, ``PGConfig`` and ``PGTorchPolicy``.
 
 Why: the simplest real learner for the old API stack. Each trajectory's
 advantages are its discounted returns (no critic, no bootstrap); the loss is
 ``-mean(log pi(a|s) * return)``. It reads top to bottom: postprocess, loss, stats.
+``PG`` is the new-stack ``Algorithm`` (``PGConfig().build_algo()``) training with ``PGLearner``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from typing import Any
 
 import torch
 
+from envrunners.algorithms.algorithm import Algorithm
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.core.columns import Columns
 from envrunners.evaluation.postprocessing import Postprocessing, compute_advantages
 from envrunners.policy.torch_policy import TorchPolicy
 
-__all__ = ["PGConfig", "PGTorchPolicy"]
+__all__ = ["PG", "PGConfig", "PGTorchPolicy"]
 
 
 class PGConfig(AlgorithmConfig):
@@ -30,6 +32,24 @@ class PGConfig(AlgorithmConfig):
     lr: float | list = 0.0004
     train_batch_size: int = 200
     rollout_fragment_length: int | str = "auto"
+
+    def __init__(self, algo_class: type | None = None) -> None:
+        super().__init__(algo_class=algo_class or PG)
+
+
+class PG(Algorithm):
+    """Vanilla policy gradient: ``Algorithm`` with ``PGLearner`` (built by ``PGConfig``)."""
+
+    @classmethod
+    def get_default_config(cls) -> PGConfig:
+        """A fresh ``PGConfig`` that builds this class."""
+        return PGConfig(algo_class=cls)
+
+    @classmethod
+    def _learner_class(cls) -> type:
+        from envrunners.algorithms.ppo.ppo_learner import PGLearner
+
+        return PGLearner
 
 
 class PGTorchPolicy(TorchPolicy):

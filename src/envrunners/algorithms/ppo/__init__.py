@@ -1,10 +1,10 @@
-"""PPO (``ray.rllib.algorithms.ppo``): ``PPOConfig`` and the old-stack ``PPOTorchPolicy``."""
+"""PPO (``ray.rllib.algorithms.ppo``): ``PPO``, ``PPOConfig`` and the old-stack ``PPOTorchPolicy``."""
 
 from typing import Any
 
-from envrunners.algorithms.ppo.ppo import PPOConfig
+from envrunners.algorithms.ppo.ppo import PPO, PPOConfig
 
-__all__ = ["PPOConfig", "PPOTorchPolicy"]
+__all__ = ["PPO", "PPOConfig", "PPOTorchPolicy"]
 
 
 def __getattr__(name: str) -> Any:  # PPOTorchPolicy imports torch: load it on first use

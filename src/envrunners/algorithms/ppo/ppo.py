@@ -1,9 +1,9 @@
-"""``PPOConfig``: ``AlgorithmConfig`` with PPO's training keys and RLlib's PPO defaults.
+"""``PPO`` and ``PPOConfig``: the algorithm and its config with PPO's keys and RLlib's defaults.
 
 Why: PPO is the on-policy algorithm the runners are benchmarked and tested
 with (old-stack ``PPOTorchPolicy`` postprocessing reads ``gamma``, ``lambda_``,
-``use_gae``, ``use_critic``); no ``Algorithm`` class is needed to build runners
-from it.
+``use_gae``, ``use_critic``). ``PPOConfig().build_algo()`` builds ``PPO``, an
+``Algorithm`` that trains with the single-file ``PPOLearner``.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from envrunners.algorithms import _config_checks as c
 from envrunners.algorithms._config_fields import TRAIN, config_field
+from envrunners.algorithms.algorithm import Algorithm
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["PPOConfig"]
+__all__ = ["PPO", "PPOConfig"]
 
 _unit = c.number(0.0)
 
@@ -56,6 +57,9 @@ class PPOConfig(AlgorithmConfig):
     clip_param: float = config_field(0.3, TRAIN, c.number(0.0, strict=True))
     vf_clip_param: float = config_field(10.0, TRAIN, c.number(0.0, strict=True))
 
+    def __init__(self, algo_class: type | None = None) -> None:
+        super().__init__(algo_class=algo_class or PPO)
+
     def training(self, **kwargs: Any) -> Self:
         """Set the common training keys and PPO's.
 
@@ -79,3 +83,18 @@ class PPOConfig(AlgorithmConfig):
         if not 0.0 <= self.lambda_ <= 1.0:
             problems.append(f"lambda_ must be in [0, 1], got {self.lambda_!r}.")
         return problems
+
+
+class PPO(Algorithm):
+    """Proximal Policy Optimization: ``Algorithm`` with ``PPOLearner`` (RLlib's ``PPO``).
+
+    Example:
+        >>> algo = PPOConfig().environment("CartPole-v1").build_algo()  # doctest: +SKIP
+        >>> result = algo.train()  # doctest: +SKIP
+        >>> result["env_runners"]["episode_return_mean"]  # doctest: +SKIP
+    """
+
+    @classmethod
+    def get_default_config(cls) -> PPOConfig:
+        """A fresh ``PPOConfig`` that builds this class."""
+        return PPOConfig(algo_class=cls)
