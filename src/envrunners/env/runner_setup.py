@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -345,20 +346,29 @@ def torch_threads(config: Any, worker_index: int | None) -> Iterator[None]:
             torch.set_num_threads(before)
 
 
-_BLAS_POOLS: list[Any] = []
+#: ``(len(sys.modules) when found, threadpoolctl's BLAS handle or None)``.
+_BLAS_POOLS: list[tuple[int, Any]] = []
 
 
 def _blas_pools() -> Any:
-    """threadpoolctl's handle on the loaded BLAS libraries (found once per process), or None."""
-    if not _BLAS_POOLS:
+    """threadpoolctl's handle on the loaded BLAS libraries, or None.
+
+    Found again whenever modules were imported since the last look: an import can
+    load another BLAS (opencv ships its own), which must be limited too. In steady
+    sampling nothing is imported, so this is one ``len`` per ``sample()``.
+    """
+    loaded = len(sys.modules)
+    if not _BLAS_POOLS or _BLAS_POOLS[0][0] != loaded:
         try:
             from threadpoolctl import ThreadpoolController
 
             pools = ThreadpoolController().select(user_api="blas")
         except Exception:  # threadpoolctl missing or unable to inspect this process
             pools = None
-        _BLAS_POOLS.append(pools if pools is not None and pools.lib_controllers else None)
-    return _BLAS_POOLS[0]
+        _BLAS_POOLS[:] = [
+            (len(sys.modules), pools if pools is not None and pools.lib_controllers else None)
+        ]
+    return _BLAS_POOLS[0][1]
 
 
 # -- checks -------------------------------------------------------------------------
