@@ -141,13 +141,34 @@ def add_sequences(batch: SampleBatch, max_seq_len: int) -> SampleBatch:
     step's ``state_out_*``, the initial state at an episode's start), and
     ``state_out_*`` stays per step. Rows are not padded (``right_zero_pad`` does that).
 
+    A batch that joins several chunks (an episode continued under a new
+    ``unroll_id``, as ``complete_episodes`` joins them) starts a new sequence at
+    each change of ``(eps_id, unroll_id)``, as RLlib's ``chop_into_sequences``
+    does.
+
     Returns:
         ``batch``, changed in place.
     """
-    lens = chop_seq_lens(batch.count, max_seq_len)
+    lens = np.concatenate(
+        [chop_seq_lens(n, max_seq_len) for n in _run_lengths(batch)] or [np.zeros(0, np.int32)]
+    ).astype(np.int32)
     starts = seq_starts(lens)
     for key in [k for k in batch.keys() if str(k).startswith("state_in_")]:
         batch[key] = np.asarray(batch[key])[starts]
     batch[SampleBatch.SEQ_LENS] = lens
     batch.max_seq_len = int(max_seq_len)
     return batch
+
+
+def _run_lengths(batch: SampleBatch) -> list[int]:
+    """Lengths of the runs of rows with the same ``(eps_id, unroll_id)``, in order."""
+    n = batch.count
+    if n == 0:
+        return []
+    change = np.zeros(n, np.bool_)
+    for key in (SampleBatch.EPS_ID, SampleBatch.UNROLL_ID):
+        if key in batch:
+            column = np.asarray(batch[key])
+            change[1:] |= column[1:] != column[:-1]
+    bounds = np.concatenate([[0], np.flatnonzero(change), [n]])
+    return np.diff(bounds).tolist()
