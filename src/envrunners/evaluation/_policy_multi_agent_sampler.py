@@ -180,7 +180,7 @@ class PolicyMultiAgentSampler:
         ``(sub-env, agent id)`` index for this step); ``state_in_*`` / ``state_out_*``
         are recorded per step like any extra model output.
         """
-        idx = self._core._to_module[pid][1]
+        idx = self._core.acting_agents(pid)
         episodes = self._core.episodes
         keys = [(episodes[i].id_, aid) for i, aid in idx]
         initial = policy.get_initial_state()

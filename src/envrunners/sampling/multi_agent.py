@@ -146,6 +146,12 @@ class MultiAgentSampler:
         self._assign_slots()
 
     # -- episodes -----------------------------------------------------------------
+    def acting_agents(self, module_id: Any) -> list[tuple[int, Any]]:
+        """``(sub-env index, agent id)`` of each row the next ``act_fn`` call for
+        ``module_id`` receives, in row order (empty when no agent of it acts)."""
+        group = self._to_module.get(module_id)
+        return [] if group is None else list(group[1])
+
     def start(self) -> int:
         """Reset every sub-env and begin fresh episodes; returns how many in-progress ones ended."""
         dropped = sum(1 for p, e in zip(self._pending, self.episodes) if not p and e.env_t > 0)
