@@ -19,6 +19,7 @@ import logging
 import math
 import random
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -258,7 +259,9 @@ class NewStackEnvRunner(EnvRunner):
         self._explore = bool(self.config.explore)
         self._inference_time = 0.0
         self._time_after_sampling: float | None = None
-        self._done_stats: list[EpisodeStats] = []
+        #: Stats of episodes finished since ``get_metrics``; only the newest
+        #: ``_episode_window()`` matter (the metrics are means over that window).
+        self._done_stats: deque[EpisodeStats] = deque(maxlen=self._episode_window())
 
     # -- the env -------------------------------------------------------------------
     def _replace_env(
@@ -396,7 +399,10 @@ class NewStackEnvRunner(EnvRunner):
         if self.module is not None and steps:
             log(M.RLMODULE_INFERENCE_TIMER, self._inference_time / steps)
         self._log_env_timers(steps)
-        self._done_stats.extend(result.episode_stats)
+        done_stats = self._done_stats
+        if done_stats.maxlen != (window := self._episode_window()):
+            done_stats = self._done_stats = deque(done_stats, maxlen=window)
+        done_stats.extend(result.episode_stats)
 
     def _end_sample(self, episodes: list, start: float) -> None:
         """Fire ``on_sample_end``, record the episodes (``config.output``), time the call."""
@@ -407,12 +413,21 @@ class NewStackEnvRunner(EnvRunner):
         self._time_after_sampling = time.perf_counter()
         self.metrics.log_value(M.SAMPLE_TIMER, self._time_after_sampling - start)
 
-    def get_metrics(self) -> dict:
-        """Whole-episode stats of the episodes finished since the last call, plus counters."""
-        window = max(
+    def _episode_window(self) -> int:
+        """Episodes per smoothing window: ``metrics_num_episodes_for_smoothing`` per runner."""
+        return max(
             1,
             math.ceil(self.config.metrics_num_episodes_for_smoothing / (self.num_workers or 1)),
         )
+
+    def get_metrics(self) -> dict:
+        """Whole-episode stats of the episodes finished since the last call, plus counters.
+
+        Only the newest window of finished episodes is kept between calls (RLlib's
+        ``metrics_num_episodes_for_smoothing``), so memory stays bounded when this is
+        never called.
+        """
+        window = self._episode_window()
         log = self.metrics.log_value
         for stats in self._done_stats:
             log(M.EPISODE_LEN_MEAN, stats.length, window=window)
@@ -423,7 +438,7 @@ class NewStackEnvRunner(EnvRunner):
             log(M.EPISODE_RETURN_MIN, stats.ret, reduce="min", window=window)
             log(M.EPISODE_LEN_MAX, stats.length, reduce="max", window=window)
             log(M.EPISODE_RETURN_MAX, stats.ret, reduce="max", window=window)
-        self._done_stats = []
+        self._done_stats.clear()
         return self.metrics.reduce()
 
     # -- state and weights ---------------------------------------------------------

@@ -280,9 +280,13 @@ class SingleAgentSampler:
             new_start = pending
             if has_errors and env.last_errors:
                 failed = np.flatnonzero(env.failed).tolist()
-                result.num_dropped_episodes += len(set(failed) - set(pending))
+                lost = [i for i in failed if i not in pending]
+                result.num_dropped_episodes += len(lost)
                 result.num_sub_env_failures += len(failed)
                 new_start = sorted(set(pending) | set(failed))
+                # The dropped episodes' steps of this call were counted; they are not
+                # returned, so sample that many more (the batch keeps its size).
+                ts -= sum(row - seg_start[i] for i in lost)
             row += 1
             self._obs.write(row, obs_fn(raw_obs))
             self._rewards[row - 1] = rewards if reward_fn is None else reward_fn(rewards)

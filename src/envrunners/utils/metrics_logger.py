@@ -18,46 +18,76 @@ _REDUCES = ("mean", "min", "max", "sum", "lifetime_sum", "last")
 
 
 class _Stat:
-    """One metric: a window of values and a reduce method."""
+    """One metric: a reduce method and what it needs, in bounded memory.
 
-    __slots__ = ("reduce", "window", "values", "lifetime", "with_throughput", "_t0", "_n0")
+    A windowed ``mean``/``min``/``max`` keeps its last ``window`` values; every other
+    metric keeps running numbers (total and count, or the extreme, or the last
+    value), so a runner whose metrics are never reduced does not grow.
+    """
+
+    __slots__ = (
+        "reduce",
+        "window",
+        "values",
+        "total",
+        "count",
+        "lifetime",
+        "with_throughput",
+        "_t0",
+        "_n0",
+    )
 
     def __init__(self, reduce: str, window: int | None, with_throughput: bool):
         if reduce not in _REDUCES:
             raise ValueError(f"reduce={reduce!r} is not one of {_REDUCES}")
         self.reduce = reduce
         self.window = window
-        self.values: deque = deque(maxlen=window if reduce in ("mean", "min", "max") else None)
+        windowed = window is not None and reduce in ("mean", "min", "max")
+        self.values: deque | None = deque(maxlen=window) if windowed else None
+        self.total = 0.0
+        self.count = 0
         self.lifetime = 0.0
         self.with_throughput = with_throughput
         self._t0 = time.perf_counter()
         self._n0 = 0.0
 
     def push(self, value: float) -> None:
-        if self.reduce == "lifetime_sum":
+        reduce = self.reduce
+        if reduce == "lifetime_sum":
             self.lifetime += value
-        else:
+        elif self.values is not None:
             self.values.append(value)
+        elif reduce in ("sum", "mean"):
+            self.total += value
+            self.count += 1
+        elif reduce == "last" or self.count == 0:
+            self.total = value
+            self.count = 1
+        elif reduce == "min":
+            self.total = min(self.total, value)
+        else:  # max
+            self.total = max(self.total, value)
 
     def peek(self) -> Any:
-        if self.reduce == "lifetime_sum":
+        reduce = self.reduce
+        if reduce == "lifetime_sum":
             return self.lifetime
-        if not self.values:
-            return math.nan if self.reduce in ("mean", "min", "max", "last") else 0
-        if self.reduce == "mean":
-            return sum(self.values) / len(self.values)
-        if self.reduce == "min":
-            return min(self.values)
-        if self.reduce == "max":
-            return max(self.values)
-        if self.reduce == "last":
-            return self.values[-1]
-        return sum(self.values)
+        values = self.values
+        if values is not None:
+            if not values:
+                return math.nan
+            if reduce == "mean":
+                return sum(values) / len(values)
+            return min(values) if reduce == "min" else max(values)
+        if not self.count:
+            return 0 if reduce == "sum" else math.nan
+        return self.total / self.count if reduce == "mean" else self.total
 
     def reduce_and_clear(self) -> Any:
         value = self.peek()
         if self.reduce in ("sum", "last"):
-            self.values.clear()
+            self.total = 0.0
+            self.count = 0
         return value
 
     def throughput(self) -> float:
