@@ -27,3 +27,12 @@ def ray_session():
     yield ray
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_failure_log():
+    """Each test sees the first env failure of each kind logged in full (a per-process log)."""
+    from envrunners.utils.failure_log import FAILURE_LOG
+
+    FAILURE_LOG.reset()
+    yield

@@ -28,6 +28,9 @@ value, what was expected and, where there is one, the fix::
     ├── ModuleActingError(ValueError) an RLModule's acting inputs or outputs are unusable
     ├── ConnectorError(ValueError)   a connector returned no batch or lacks what it reads
     ├── EnvError(ValueError)         an env is not valid (``ray.rllib.utils.error``)
+    ├── NonFiniteValueError(ValueError) a NaN/inf where sampling needs finite numbers
+    │   ├── NonFiniteEnvDataError    a sub-env's observation or reward (sub-env, step, column)
+    │   └── NonFiniteModuleOutputError a module's logits/means (module_id)
     ├── UnsupportedSpaceException    an observation or action space is not supported
     └── NotSerializable              an object cannot be serialized
 
@@ -57,6 +60,9 @@ __all__ = [
     "EnvRunnersError",
     "FrozenConfigError",
     "ModuleActingError",
+    "NonFiniteEnvDataError",
+    "NonFiniteModuleOutputError",
+    "NonFiniteValueError",
     "NotSerializable",
     "MultiAgentEnvError",
     "OfflineDataError",
@@ -312,3 +318,38 @@ class UnknownEnvError(EnvCreatorError, EnvError):
     An ``EnvError`` and ``ValueError`` (what RLlib's ``Algorithm`` raises for an invalid
     env descriptor), and still an ``EnvCreatorError`` for code written against envrunners.
     """
+
+
+# -- poisoned data: non-finite observations, rewards, module outputs (issue 16, sampling core) ---
+
+
+class NonFiniteValueError(EnvRunnersError, ValueError):
+    """A NaN or infinite value where sampling needs finite numbers."""
+
+    def __reduce__(self):  # keep the keyword attributes across processes (Ray)
+        return (_rebuild_error, (type(self), self.args, self.__dict__))
+
+
+def _rebuild_error(cls: type, args: tuple, attrs: dict) -> BaseException:
+    err = Exception.__new__(cls)
+    err.args = args
+    err.__dict__.update(attrs)
+    return err
+
+
+class NonFiniteEnvDataError(NonFiniteValueError):
+    """A sub-env returned a non-finite observation or reward; names where and when."""
+
+    def __init__(self, message: str, *, sub_env_index: int, step: int, column: str):
+        self.sub_env_index = sub_env_index
+        self.step = step
+        self.column = column
+        super().__init__(message)
+
+
+class NonFiniteModuleOutputError(NonFiniteValueError):
+    """A module returned non-finite distribution inputs (logits, means); names the module."""
+
+    def __init__(self, message: str, *, module_id: object):
+        self.module_id = module_id
+        super().__init__(message)

@@ -38,6 +38,7 @@ from envrunners.offline.episode_writer import close_episode_writer, record_episo
 from envrunners.utils import metrics as M
 from envrunners.utils.actor_manager import FaultAwareApply
 from envrunners.utils.checkpoints import load_state, save_state
+from envrunners.utils.failure_log import FAILURE_LOG
 from envrunners.utils.metrics import (
     ENV_RESET_TIMER,
     ENV_STEP_TIMER,
@@ -182,7 +183,9 @@ class EnvRunner(FaultAwareApply, metaclass=abc.ABCMeta):
                         runner_index=self.worker_index,
                     ) from err
                 if not isinstance(err, StepFailedRecreateEnvError):
-                    logger.exception("Resetting the env raised %r; recreating it.", err)
+                    FAILURE_LOG.report(
+                        "env reset", err, "Resetting the env raised %r; recreating it.", err
+                    )
                 self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
                 self.make_env()
         raise AssertionError("unreachable")  # pragma: no cover
@@ -197,12 +200,9 @@ class EnvRunner(FaultAwareApply, metaclass=abc.ABCMeta):
         try:
             results = self.env.step(actions)
         except Exception as err:
-            self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
             if self.config.restart_failed_sub_environments:
-                if not isinstance(err, StepFailedRecreateEnvError):
-                    logger.exception("Stepping the env raised %r; recreating it.", err)
-                self.make_env()
-                return ENV_STEP_FAILURE
+                return self._recreate_env_after(err)
+            self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
             sub = getattr(err, "sub_env_index", None)
             where = f"sub-environment {sub}" if sub is not None else "the environment"
             logger.exception("Stepping the env raised %r.", err)
@@ -213,6 +213,14 @@ class EnvRunner(FaultAwareApply, metaclass=abc.ABCMeta):
             ) from err
         self._env_step_time += time.perf_counter() - start
         return results
+
+    def _recreate_env_after(self, err: BaseException) -> str:
+        """Count and log a failed step (``err``), recreate the env; returns ``ENV_STEP_FAILURE``."""
+        self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
+        if not isinstance(err, StepFailedRecreateEnvError):
+            FAILURE_LOG.report("env step", err, "Stepping the env raised %r; recreating it.", err)
+        self.make_env()
+        return ENV_STEP_FAILURE
 
     def _log_env_timers(self, num_steps: int) -> None:
         """Log the env reset/step time accumulated since the last call (per step)."""

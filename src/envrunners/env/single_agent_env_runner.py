@@ -28,6 +28,8 @@ from envrunners.env import runner_setup
 from envrunners.env._sampling_connectors import SamplingConnectors
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
+from envrunners.errors import NonFiniteEnvDataError
+from envrunners.sampling.finite_checks import ObsRewardCheck, check_module_outputs
 from envrunners.sampling.sample_result import EpisodeStats
 from envrunners.sampling.single_agent import SingleAgentSampler, SingleAgentSampleResult
 
@@ -81,6 +83,8 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
                 lookback=self.config.episode_lookback_horizon,
             )
             self._use_module_state()
+        self._sampler.finite_check = ObsRewardCheck(self.env.single_observation_space)
+        self._sampler.on_non_finite = self._on_non_finite
         self._env_created()
 
     def _spaces_unchanged(self) -> bool:
@@ -133,11 +137,35 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
     def _step_env(self, actions: Any) -> Any:
         return self._connectors.after_step(self._try_env_step(actions))
 
+    def _on_non_finite(self, errors: list[NonFiniteEnvDataError], results: Any) -> Any:
+        """A step with non-finite observations or rewards (one error per bad sub-env).
+
+        Without ``restart_failed_sub_environments`` the first error is raised. With it,
+        each bad sub-env is recreated as if its step had raised (its partial episode is
+        dropped, its reset observation takes the bad row's place); a vector env that
+        cannot recreate one sub-env is recreated whole.
+        """
+        if not self.config.restart_failed_sub_environments:
+            raise errors[0]
+        restart = getattr(self.env, "restart_sub_env", None)
+        if restart is None:
+            return self._recreate_env_after(errors[0])
+        obs, rewards, terms, truncs, infos = results
+        for err in errors:
+            i = err.sub_env_index
+            new_obs, info = restart(i, err)
+            _set_row(obs, i, new_obs)
+            rewards[i] = 0.0
+            terms[i] = truncs[i] = False
+            infos[i] = info
+        return obs, rewards, terms, truncs, infos
+
     def _act(self, obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
         """One forward of a stateless module for all sub-envs (the sampler's ``ActFn``)."""
         start = time.perf_counter()
         out = runner_setup.compute_actions(self.module, obs, explore, t)
         self._inference_time += time.perf_counter() - start
+        check_module_outputs(DEFAULT_MODULE_ID, out)
         actions = out.pop(Columns.ACTIONS)
         return actions, out
 
@@ -148,6 +176,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         start = time.perf_counter()
         result = act(self.module, obs, explore, state, extra_inputs=extra_inputs, t=t)
         self._inference_time += time.perf_counter() - start
+        check_module_outputs(DEFAULT_MODULE_ID, result[1])
         return result
 
     # -- sampling ------------------------------------------------------------------
@@ -253,3 +282,15 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
     def add_connector_step(self, connector: ConnectorV2, *, to_env: bool = False) -> None:
         """Append a step to the env-to-module (or module-to-env) pipeline."""
         (self._module_to_env if to_env else self._env_to_module).append(connector)
+
+
+def _set_row(batch: Any, index: int, value: Any) -> None:
+    """``batch[index] = value`` for an array or a dict/tuple tree of arrays."""
+    if isinstance(batch, dict):
+        for key, sub in batch.items():
+            _set_row(sub, index, value[key])
+    elif isinstance(batch, tuple):
+        for sub, item in zip(batch, value, strict=True):
+            _set_row(sub, index, item)
+    else:
+        batch[index] = value

@@ -31,7 +31,9 @@ from envrunners.core.columns import Columns
 from envrunners.env._episode_ids import new_episode_id
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.single_agent_episode import SingleAgentEpisode
+from envrunners.errors import EnvRunnerError, NonFiniteEnvDataError
 from envrunners.sampling.buffers import ColumnBuffer, RecurrentState, tree_map
+from envrunners.sampling.finite_checks import ObsRewardCheck, episode_step_error
 from envrunners.sampling.sample_result import EpisodeStats, SampleResult
 
 __all__ = ["ActFn", "SingleAgentSampleResult", "SingleAgentSampler", "StatefulActFn"]
@@ -45,6 +47,11 @@ ActFn = Callable[[Any, bool, int], tuple[np.ndarray, dict[str, np.ndarray]]]
 StatefulActFn = Callable[
     [Any, bool, int, Any, "dict[str, Any] | None"], tuple[Any, dict[str, Any], Any]
 ]
+
+#: A ``run()`` gives up (``EnvRunnerError``) once sub-env failures have cost this many
+#: times the steps it was asked for (at least 100 steps): the env fails too often for
+#: dropping its broken episodes and sampling more to ever fill the batch.
+MAX_LOST_STEPS_FACTOR = 20
 
 #: What ``run()`` returns.
 SingleAgentSampleResult = SampleResult[SingleAgentEpisode, EpisodeStats]
@@ -125,6 +132,12 @@ class SingleAgentSampler:
         self.check_fn: Callable[[Any, Any], None] | None = None
         #: A stateful module's per-sub-env state (None: stateless, ``act_fn`` is an ``ActFn``).
         self.recurrent: RecurrentState | None = None
+        #: The per-step check of raw observations and rewards (None: no check).
+        self.finite_check: ObsRewardCheck | None = None
+        #: ``on_non_finite(errors, results)``: handles the step whose data ``finite_check``
+        #: rejected (one error per bad sub-env); returns the step's (patched) results or
+        #: ``ENV_STEP_FAILURE``, or raises. None: the first error is raised.
+        self.on_non_finite: Callable[[list[NonFiniteEnvDataError], Any], Any] | None = None
 
     # -- episode state -------------------------------------------------------------
     def start(self, raw_obs: Any, infos: list[dict]) -> None:
@@ -234,6 +247,10 @@ class SingleAgentSampler:
         # Random actions do not run the module: the state stands still (no STATE_OUT
         # is recorded) but is still reset when a sub-env's episode starts.
         recurrent = self.recurrent
+        finite_check = self.finite_check
+        # Sub-envs that fail before any episode survives would make a timestep-mode
+        # call loop forever: past this many steps lost to failures, it gives up.
+        lost_steps, max_lost_steps = 0, MAX_LOST_STEPS_FACTOR * max(target, n_envs, 100)
         ts = eps = 0
         row = base
         while (eps < target) if episode_mode else (ts < target):
@@ -255,6 +272,12 @@ class SingleAgentSampler:
                 extras[Columns.STATE_OUT] = recurrent.state = state_out
             env_actions = action_fn(actions)
             results = step_fn(env_actions)
+            if (
+                finite_check is not None
+                and results is not ENV_STEP_FAILURE
+                and not finite_check.ok(results[0], results[1])
+            ):
+                results = self._non_finite(results, row, seg_start, pending)
             if results is ENV_STEP_FAILURE:
                 # The whole vector env was recreated (the step_fn logged the failure):
                 # every in-progress episode is lost, including those that finished in
@@ -286,7 +309,11 @@ class SingleAgentSampler:
                 new_start = sorted(set(pending) | set(failed))
                 # The dropped episodes' steps of this call were counted; they are not
                 # returned, so sample that many more (the batch keeps its size).
-                ts -= sum(row - seg_start[i] for i in lost)
+                dropped = sum(row - seg_start[i] for i in lost)
+                ts -= dropped
+                lost_steps += dropped + len(failed)
+                if lost_steps > max_lost_steps:
+                    raise _keep_failing_error(lost_steps, result.num_sub_env_failures)
             row += 1
             self._obs.write(row, obs_fn(raw_obs))
             self._rewards[row - 1] = rewards if reward_fn is None else reward_fn(rewards)
@@ -329,6 +356,28 @@ class SingleAgentSampler:
         self._cur_obs = tree_map(np.copy, self._obs.row(row))
         self._cur_infos = self._infos[row] or [{} for _ in range(n_envs)]
         return result
+
+    def _non_finite(self, results: Any, row: int, seg_start: list[int], pending: list[int]) -> Any:
+        """A step whose observations or rewards are not all finite: name them, then handle.
+
+        Each bad sub-env gets a ``NonFiniteEnvDataError`` naming its index, the step of
+        its episode and the column; ``on_non_finite`` decides (recreate the sub-env or
+        raise). The observations have not been filtered or stored yet.
+        """
+        found = self.finite_check.find(results[0], results[1])
+        if not found:  # the fast test overflowed on large finite values
+            return results
+        errors = []
+        for i, column, value in found:
+            if i in pending:  # the reset observation of its next episode
+                step, episode_id = 0, None
+            else:
+                state = self._states[i]
+                step, episode_id = state.t0 + row + 1 - seg_start[i], state.id_
+            errors.append(episode_step_error(i, column, value, step, episode_id))
+        if self.on_non_finite is None:
+            raise errors[0]
+        return self.on_non_finite(errors, results)
 
     def _prepare_lookback_rows(self) -> int:
         """Make rows ``[0, lookback)`` the carried-lookback rows; returns ``lookback``.
@@ -486,6 +535,14 @@ class SingleAgentSampler:
             state.len_before += n
             state.ret_before += chunk_return
         return episode, stats
+
+
+def _keep_failing_error(lost_steps: int, failures: int) -> EnvRunnerError:
+    return EnvRunnerError(
+        f"sub-environments keep failing: {failures} failures in this sample() call lost "
+        f"{lost_steps} steps, more than {MAX_LOST_STEPS_FACTOR}x the steps asked for, so "
+        "no batch can be filled. Fix the env (the log has the first failure's traceback)."
+    )
 
 
 class _Blocks:

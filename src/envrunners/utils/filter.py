@@ -8,6 +8,7 @@ Welford moments and merges whole batches with Chan et al.'s parallel formula, so
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -128,7 +129,8 @@ class MeanStdFilter(Filter):
 
     ``shape`` is a shape tuple or a dict/tuple structure of shapes (``None`` leaves
     for discrete parts, which pass through). ``__call__`` accepts one observation
-    or a batch ``(N, *shape)``.
+    or a batch ``(N, *shape)``. An observation (row) holding a NaN or inf is
+    normalised but never enters the statistics, which it would poison for good.
     """
 
     is_concurrent = False
@@ -170,18 +172,25 @@ class MeanStdFilter(Filter):
         if x.shape == shape:
             if update:
                 mb = x.astype(np.float64)
-                rs._add(1, mb, None)
-                buf._add(1, mb, None)
+                if np.isfinite(mb).all():  # a NaN/inf would poison the statistics for good
+                    rs._add(1, mb, None)
+                    buf._add(1, mb, None)
         elif x.ndim == len(shape) + 1 and x.shape[1:] == shape:
             nb = x.shape[0]
             if update and nb:
                 x64 = x.astype(np.float64)
                 mb = np.add.reduce(x64, 0) / nb
-                dev = x64 - mb
-                dev *= dev
-                sb = np.add.reduce(dev, 0)
-                rs._add(nb, mb, sb)
-                buf._add(nb, mb, sb)
+                if not math.isfinite(np.vdot(mb, mb)):
+                    # Leave out the rows with a NaN/inf (the mean of finite values is finite).
+                    x64 = x64[np.isfinite(x64.reshape(nb, -1)).all(axis=1)]
+                    nb = x64.shape[0]
+                    mb = np.add.reduce(x64, 0) / nb if nb else mb
+                if nb:
+                    dev = x64 - mb
+                    dev *= dev
+                    sb = np.add.reduce(dev, 0)
+                    rs._add(nb, mb, sb)
+                    buf._add(nb, mb, sb)
         else:
             raise ValueError(
                 f"Unexpected input shape {x.shape}, expected {shape} or (N, *{shape}) for a batch"

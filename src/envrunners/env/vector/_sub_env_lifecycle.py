@@ -8,7 +8,6 @@ but its errors.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from envrunners.errors import StepFailedRecreateEnvError
+from envrunners.utils.failure_log import FAILURE_LOG
 
 __all__ = ["MAX_SUB_ENV_RESTART_ATTEMPTS", "recreate_sub_env", "sub_env_seeds", "tag_sub_env"]
 
-logger = logging.getLogger("envrunners")
 
 #: A sub-env that keeps failing right after being recreated is given up on after
 #: this many attempts (RLlib retries forever); the last error is raised.
@@ -66,19 +65,20 @@ def recreate_sub_env(
     """Replace a sub-env whose ``phase`` (``step``/``reset``) raised ``error``.
 
     Closes ``old_env``, builds a new one and resets it, retrying with a short
-    backoff; logs ``error`` once unless it is a ``StepFailedRecreateEnvError``
+    backoff; reports ``error`` to the process's ``FAILURE_LOG`` unless it is a ``StepFailedRecreateEnvError``
     (or ``log`` is False). Returns the new env and its reset ``(obs, infos)``.
 
     Raises:
         RuntimeError: The env could not be rebuilt and reset in ``attempts`` tries.
     """
     if log and not isinstance(error, StepFailedRecreateEnvError):
-        logger.error(
+        FAILURE_LOG.report(
+            f"sub-env {phase}",
+            error,
             "Sub-environment %d raised %r in %s(); recreating it (its partial episode is dropped).",
             index,
             error,
             phase,
-            exc_info=error,
         )
     last: BaseException = error
     for attempt in range(attempts):

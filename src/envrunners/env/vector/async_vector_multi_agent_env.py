@@ -20,7 +20,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import logging
 import multiprocessing as mp
 import os
 import signal
@@ -38,11 +37,11 @@ from envrunners.env.vector.vector_multi_agent_env import (
     single_spaces_of,
 )
 from envrunners.errors import SubEnvError
+from envrunners.utils.failure_log import FAILURE_LOG
 
 __all__ = ["AsyncVectorMultiAgentEnv"]
 
 _POLL_S = 0.5  # how often an idle worker checks that its parent is still alive
-logger = logging.getLogger("envrunners")
 
 
 def _describe(err: BaseException) -> tuple[str, str]:
@@ -209,12 +208,14 @@ class AsyncVectorMultiAgentEnv(VectorMultiAgentEnv):
                 results.append(None)
             elif status == "restarted":
                 result, (message, tb) = payload
-                logger.error(
+                FAILURE_LOG.report(
+                    "sub-env step",
+                    message.split(":", 1)[0],
                     "Sub-environment %d raised %s in step(); recreated it (its partial episode "
-                    "is dropped). Traceback in its worker process:\n%s",
+                    "is dropped). Traceback in its worker process:",
                     i,
                     message,
-                    tb,
+                    traceback_text=tb,
                 )
                 self.failed[i] = True
                 self.num_failures += 1

@@ -110,6 +110,20 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
         )
         return reset
 
+    def restart_sub_env(self, index: int, error: BaseException) -> tuple[Any, dict]:
+        """Recreate sub-env ``index`` after ``error`` found in its last step's results.
+
+        As if its ``step`` had raised ``error`` (``restart_failed`` must be set): it is
+        recreated and reset, marked in ``failed`` and ``last_errors``, and its next
+        step is a normal step. Returns the reset ``(obs, info)``; the caller puts
+        them in place of the rejected results.
+        """
+        obs, info = self._fail(index, error, "step")
+        self._autoreset[index] = False
+        if self._flat_obs:
+            self._obs[index] = obs
+        return obs, info
+
     # -- gymnasium VectorEnv API ---------------------------------------------------
     def reset(
         self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None

@@ -1,0 +1,161 @@
+"""Detection of non-finite (NaN, +-inf) observations, rewards and module outputs.
+
+A sampling loop checks every step's whole observation and reward batch at once:
+``np.vdot(x, x)`` of each float leaf is finite exactly when every element is
+(NaN and inf propagate through the sum of squares), unless the squares overflow,
+which only the rare slow path that names the bad sub-env tells apart. Integer
+leaves (pixels, discrete observations) cannot hold a NaN and are skipped without
+any work. A module's distribution inputs (logits, means) are checked the same
+way before its actions go anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from envrunners.core.columns import Columns
+from envrunners.errors import NonFiniteEnvDataError, NonFiniteModuleOutputError
+
+__all__ = [
+    "ObsRewardCheck",
+    "check_module_outputs",
+    "episode_step_error",
+    "float_leaf_getters",
+    "non_finite_rows",
+]
+
+_vdot = np.vdot
+_isfinite = math.isfinite
+
+
+def float_leaf_getters(space: gym.Space | None) -> list[tuple[str, Callable[[Any], Any]]]:
+    """``(column name, getter)`` of every float leaf of ``space`` (batch or single value).
+
+    ``Box`` spaces of a float dtype are leaves; ``Dict``/``Tuple`` spaces are walked;
+    integer Boxes, ``Discrete``, ``MultiDiscrete`` and ``MultiBinary`` have none. An
+    unknown space (``None`` or another kind) is checked whole, as one leaf.
+    """
+    if space is None:
+        return [("obs", lambda x: x)]
+    if isinstance(space, gym.spaces.Box):
+        return [("obs", lambda x: x)] if np.issubdtype(space.dtype, np.floating) else []
+    if isinstance(space, gym.spaces.Discrete | gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
+        return []
+    if isinstance(space, gym.spaces.Dict):
+        items = space.spaces.items()
+    elif isinstance(space, gym.spaces.Tuple):
+        items = enumerate(space.spaces)
+    else:
+        return [("obs", lambda x: x)]
+    getters = []
+    for key, sub in items:
+        for name, get in float_leaf_getters(sub):
+            getters.append((f"{name}[{key!r}]", _nested(key, get)))
+    return getters
+
+
+def _nested(key: Any, get: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda x: get(x[key])
+
+
+def _all_finite(x: Any) -> bool:
+    """Whether every element of ``x`` is finite (the one-call fast test, then exact)."""
+    try:
+        if _isfinite(_vdot(x, x)):
+            return True
+    except (TypeError, ValueError):  # object arrays, ragged lists: the exact test decides
+        pass
+    return bool(np.isfinite(np.asarray(x, dtype=np.float64)).all())
+
+
+def non_finite_rows(x: Any) -> np.ndarray:
+    """Indices of the rows (first axis) of ``x`` that hold a non-finite value."""
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 0:
+        return np.zeros(0, np.int64) if np.isfinite(arr) else np.zeros(1, np.int64)
+    bad = ~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1)
+    return np.flatnonzero(bad)
+
+
+class ObsRewardCheck:
+    """The per-step check of a vector env's observation and reward batches.
+
+    Args:
+        observation_space: The single (per sub-env) observation space of the env.
+    """
+
+    def __init__(self, observation_space: gym.Space | None):
+        self.obs_leaves = float_leaf_getters(observation_space)
+        self._getters = tuple(get for _, get in self.obs_leaves)
+
+    def ok(self, obs: Any, rewards: Any) -> bool:
+        """True when every float observation leaf and every reward is finite."""
+        if not _isfinite(_vdot(rewards, rewards)):
+            return _all_finite(rewards) and self._obs_ok(obs)
+        for get in self._getters:
+            leaf = get(obs)
+            if not _isfinite(_vdot(leaf, leaf)):
+                return self._obs_ok(obs)
+        return True
+
+    def _obs_ok(self, obs: Any) -> bool:
+        return all(_all_finite(get(obs)) for get in self._getters)
+
+    def find(self, obs: Any, rewards: Any) -> list[tuple[int, str, Any]]:
+        """``(sub-env index, column, value)`` of every bad value, ordered by sub-env."""
+        found: dict[int, tuple[int, str, Any]] = {}
+        for i in non_finite_rows(rewards).tolist():
+            found[i] = (i, "rewards", np.asarray(rewards)[i])
+        for name, get in self.obs_leaves:
+            leaf = get(obs)
+            for i in non_finite_rows(leaf).tolist():
+                found.setdefault(i, (i, name, np.asarray(leaf)[i]))
+        return [found[i] for i in sorted(found)]
+
+
+def check_module_outputs(module_id: Any, out: dict) -> None:
+    """Raise ``NonFiniteModuleOutputError`` if ``out``'s distribution inputs are not finite.
+
+    Called after every forward, before the actions reach any env.
+    """
+    inputs = out.get(Columns.ACTION_DIST_INPUTS)
+    if inputs is None or _all_finite_fast(inputs):
+        return
+    rows = non_finite_rows(inputs)
+    if not len(rows):
+        return
+    raise NonFiniteModuleOutputError(
+        f"module {module_id!r} returned non-finite {Columns.ACTION_DIST_INPUTS} (logits or "
+        f"distribution parameters) for batch row(s) {rows[:10].tolist()}, e.g. "
+        f"{np.asarray(inputs)[rows[0]]!r}; no action was sent to the env. The weights or the "
+        "observations fed to the module are broken (check the learner's loss and the "
+        "observation filter).",
+        module_id=module_id,
+    )
+
+
+def _all_finite_fast(x: Any) -> bool:
+    try:
+        return _isfinite(_vdot(x, x))
+    except (TypeError, ValueError):
+        return False
+
+
+def episode_step_error(
+    sub_env: int, column: str, value: Any, step: int, episode_id: str | None
+) -> NonFiniteEnvDataError:
+    """The error for a non-finite ``column`` value of ``sub_env`` at episode step ``step``."""
+    where = f" of episode {episode_id}" if episode_id is not None else ""
+    return NonFiniteEnvDataError(
+        f"sub-environment {sub_env} returned a non-finite {column} at step {step}{where}: "
+        f"{value!r}. Fix the env, or set config.fault_tolerance("
+        "restart_failed_sub_environments=True) to recreate a sub-env that does this.",
+        sub_env_index=sub_env,
+        step=step,
+        column=column,
+    )
