@@ -22,7 +22,8 @@ from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
-from envrunners.errors import ConfigError
+from envrunners.errors import ConfigError, NonFiniteEnvDataError
+from envrunners.sampling.finite_checks import check_module_outputs
 from envrunners.sampling.multi_agent import MultiAgentSampler, MultiAgentSampleResult
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats
 from envrunners.utils import metrics as M
@@ -106,6 +107,8 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
                 failed_fn=lambda: getattr(self.env, "failed", None),
                 **kwargs,
             )
+            self._sampler.check_finite = True
+            self._sampler.on_non_finite = self._on_non_finite
         self._env_created()
 
     def _build_connectors(self) -> None:
@@ -210,7 +213,16 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
             module = self._modules[module_id]
             out = setup.act_with_module(module, obs, explore, t, state, extra_inputs)
         self._inference_time += time.perf_counter() - start
+        check_module_outputs(module_id, out)
         return out
+
+    def _on_non_finite(self, errors: list[NonFiniteEnvDataError]) -> bool:
+        """Non-finite observations or rewards: raise, or (``restart_failed_sub_environments``)
+        recreate the vector env, as for a failed step; the sampler then starts afresh."""
+        if not self.config.restart_failed_sub_environments:
+            raise errors[0]
+        self._recreate_env_after(errors[0])
+        return True
 
     # -- sampling ------------------------------------------------------------------
     def sample(

@@ -27,6 +27,7 @@ no replacement episode after the last one in episode mode (spec §20.1).
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -38,16 +39,23 @@ import numpy as np
 from envrunners.core.columns import Columns
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
-from envrunners.errors import MultiAgentEnvError
+from envrunners.errors import MultiAgentEnvError, NonFiniteEnvDataError
 from envrunners.sampling._agent_batching import action_rows, rows, stack
 from envrunners.sampling._agent_states import ModuleStates
 from envrunners.sampling._multi_agent_extras import SEQ_KEY, ExtrasTape, flush_agent_rows
+from envrunners.sampling.finite_checks import (
+    episode_step_error,
+    float_leaf_getters,
+    non_finite_rows,
+)
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats, SampleResult
 from envrunners.utils.gc_pause import paused_gc
 
 __all__ = ["ActFn", "MultiAgentSampleResult", "MultiAgentSampler"]
 
 _ALL = "__all__"
+_isfinite = math.isfinite
+_vdot = np.vdot
 _NO_FLAGS: dict = {}
 
 #: ``act_fn(module_id, obs_batch, explore, t) -> {"actions": ..., extra outputs...}``;
@@ -127,6 +135,12 @@ class MultiAgentSampler:
         #: Per stateful module id acting next step, the slots of its batch's rows.
         self._state_slots: dict[Any, np.ndarray] = {}
         self.started = False
+        #: Check every step's rewards and module-bound observations for NaN/inf.
+        self.check_finite = False
+        #: ``on_non_finite(errors) -> True`` after recreating the whole vector env
+        #: (the loop then starts fresh episodes); raises otherwise. None: raise.
+        self.on_non_finite: Callable[[list[NonFiniteEnvDataError]], bool] | None = None
+        self._float_leaves: dict[Any, list] = {}
 
     def use_states(self, modules: dict[Any, Any]) -> None:
         """Carry recurrent state for these stateful modules (``{module_id: module}``).
@@ -337,6 +351,10 @@ class MultiAgentSampler:
                     lost_env, lost_agent = self._restart_episodes(failed, res)
                     env_ts -= lost_env
                     agent_ts -= lost_agent
+            if self.check_finite and not _isfinite(sum(map(sum, map(dict.values, rew_l)))):
+                if self._non_finite(self._bad_rewards(rew_l), res):
+                    env_ts = agent_ts = 0
+                    continue
             if self.obs_fns:
                 obs_l = self._transform_obs(obs_l)
             d_env, d_agent = self._ingest(
@@ -352,7 +370,53 @@ class MultiAgentSampler:
             )
             env_ts += d_env
             agent_ts += d_agent
+            if self.check_finite:
+                bad = self._bad_observations()
+                if bad and self._non_finite(bad, res):
+                    env_ts = agent_ts = 0
         return env_ts, agent_ts
+
+    # -- non-finite data ----------------------------------------------------------
+    def _bad_rewards(self, rew_l: list[dict]) -> list[NonFiniteEnvDataError]:
+        errors = []
+        for i, rew_i in enumerate(rew_l):
+            for aid, r in rew_i.items():
+                if not _isfinite(r):
+                    step = self.episodes[i].env_t + 1
+                    errors.append(episode_step_error(i, f"rewards[{aid!r}]", r, step, None))
+                    break
+        return errors
+
+    def _bad_observations(self) -> list[NonFiniteEnvDataError]:
+        """Errors for the non-finite rows of the stacked module batches (one per sub-env)."""
+        errors: dict[int, NonFiniteEnvDataError] = {}
+        for mid, (batch, idx) in self._to_module.items():
+            leaves = self._float_leaves.get(mid)
+            if leaves is None:
+                space = self.observation_spaces.get(idx[0][1]) if idx else None
+                leaves = self._float_leaves[mid] = float_leaf_getters(space)
+            for name, get in leaves:
+                leaf = get(batch)
+                if _isfinite(_vdot(leaf, leaf)):
+                    continue
+                for r in non_finite_rows(leaf).tolist():
+                    i, aid = idx[r]
+                    if i not in errors:
+                        episode = self.episodes[i]
+                        value = np.asarray(leaf)[r]
+                        column = f"{name}[{aid!r}]"
+                        errors[i] = episode_step_error(i, column, value, episode.env_t, episode.id_)
+        return [errors[i] for i in sorted(errors)]
+
+    def _non_finite(self, errors: list[NonFiniteEnvDataError], res: MultiAgentSampleResult) -> bool:
+        """Hand ``errors`` to ``on_non_finite``; after a whole-env restart, start afresh."""
+        if not errors:
+            return False
+        if self.on_non_finite is None or not self.on_non_finite(errors):
+            raise errors[0]
+        res.num_env_failures += 1
+        res.num_dropped_episodes += self.start()
+        return True
 
     def _flush_tape_rows(self, i: int) -> None:
         """Record sub-env ``i``'s deferred extra outputs in its episode (see ``run``)."""
