@@ -86,6 +86,7 @@ class NestedObsEnv(gym.Env):
 def _runner(env=MarkedEnv, num_envs=2, env_config=None, **env_runners):
     config = (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(env, env_config=env_config or {})
         .env_runners(num_envs_per_env_runner=num_envs, **env_runners)
     )
@@ -538,6 +539,7 @@ class TestActionMasking:
 
         config = (
             AlgorithmConfig()
+            .rl_module(rl_module_spec=RLModuleSpec())
             .environment(example.MaskedActionsEnv)
             .env_runners(num_envs_per_env_runner=3)
             .rl_module(rl_module_spec=RLModuleSpec(module_class=Unmasked))

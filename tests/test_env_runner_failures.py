@@ -18,6 +18,7 @@ import ray.cloudpickle
 from tests.waiting import wait_until
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.env_runner_group import EnvRunnerGroup
 from envrunners.errors import EnvRunnerError
 from envrunners.execution.rollout_ops import synchronous_parallel_sample
@@ -78,6 +79,7 @@ def make_config(tmp_path, n=2, **fault_tolerance):
     env_config = fault_tolerance.pop("env_config", {})
     return (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(FaultyEnv, env_config={"marker": str(tmp_path / "fault"), **env_config})
         .env_runners(
             num_env_runners=n,

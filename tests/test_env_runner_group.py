@@ -12,6 +12,7 @@ import ray.cloudpickle
 from tests.waiting import wait_until
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.env_runner import EnvRunner
 from envrunners.env.env_runner_group import EnvRunnerGroup
 from envrunners.errors import ConfigError
@@ -24,6 +25,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 def make_config(num_env_runners=2, **env_runners):
     return (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment("CartPole-v1")
         .env_runners(
             num_env_runners=num_env_runners,
@@ -309,8 +311,10 @@ class Linear:
 
 
 def test_any_env_runner_class_and_policy_pass_throughs(ray_session):
-    config = AlgorithmConfig().env_runners(
-        env_runner_cls=PolicyRunner, num_env_runners=1, num_cpus_per_env_runner=0
+    config = (
+        AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
+        .env_runners(env_runner_cls=PolicyRunner, num_env_runners=1, num_cpus_per_env_runner=0)
     )
     with EnvRunnerGroup(config=config, standby_env_runner=False) as g:
         assert isinstance(g.local_env_runner, PolicyRunner)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.multi_agent_env import MultiAgentEnv
 from envrunners.env.multi_agent_env_runner import MultiAgentEnvRunner
 from envrunners.utils import gc_pause
@@ -115,6 +116,7 @@ class _CycleMakingEnv(MultiAgentEnv):
 def test_multi_agent_sampling_pauses_gc_and_keeps_cycles_bounded(gc_on, monkeypatch):
     config = (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(_CycleMakingEnv)
         .multi_agent(policies={"p"}, policy_mapping_fn=lambda aid, ep, **kw: "p")
     )

@@ -576,3 +576,18 @@ def test_envs_that_overwrite_their_observation_arrays_keep_every_observation(kin
                 pos = obs["pos"] if kind == "dict" else obs
                 np.testing.assert_array_equal(pos[:, 0], np.arange(5, dtype=np.float32))
     runner.stop()
+
+
+def test_base_config_without_module_samples_random_actions():
+    config = (
+        AlgorithmConfig()
+        .environment(MultiAgentCartPole, env_config={"num_agents": 2})
+        .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=parity)
+    )
+    r = MultiAgentEnvRunner(config)
+    try:
+        assert r.module is None
+        episodes = r.sample(num_timesteps=10)
+        assert total(episodes) >= 10
+    finally:
+        r.stop()

@@ -574,7 +574,11 @@ def test_runner_thread_limit_covers_torch_and_numpy_blas():
 
     from envrunners.env.runner_setup import torch_threads
 
-    config = AlgorithmConfig().env_runners(num_cpus_per_env_runner=1)
+    config = (
+        AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
+        .env_runners(num_cpus_per_env_runner=1)
+    )
     with threadpool_limits(2, user_api="blas"), set_torch_threads_ctx(2):
         outside = _blas_threads()
         with torch_threads(config, 0):
@@ -605,7 +609,12 @@ def test_sampling_runs_blas_on_the_runner_cpus():
 
     from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 
-    config = AlgorithmConfig().environment(_ThreadWatchEnv).env_runners(num_envs_per_env_runner=2)
+    config = (
+        AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
+        .environment(_ThreadWatchEnv)
+        .env_runners(num_envs_per_env_runner=2)
+    )
     runner = SingleAgentEnvRunner(config=config)
     _ThreadWatchEnv.seen.clear()
     with threadpool_limits(2, user_api="blas"):

@@ -7,6 +7,7 @@ import types
 import pytest
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.env_runner_group import EnvRunnerGroup
 from envrunners.errors import ConfigError, EnvRunnerError
 from envrunners.execution.rollout_ops import synchronous_parallel_sample
@@ -15,6 +16,7 @@ from envrunners.execution.rollout_ops import synchronous_parallel_sample
 def make_config(n: int) -> AlgorithmConfig:
     return (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment("CartPole-v1")
         .env_runners(num_env_runners=n, num_cpus_per_env_runner=0, rollout_fragment_length=10)
         .debugging(seed=0)

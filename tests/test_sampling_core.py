@@ -14,6 +14,7 @@ from tests.envs.simple import CountingEnv, FailingEnv
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.connectors import ConnectorPipelineV2, MeanStdFilter, NormalizeAndClipActions
 from envrunners.connectors.reward_clipping import clip_rewards_fn
+from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.registry import register_env, unregister_env
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
@@ -139,6 +140,7 @@ class TestConnectors:
 def _runner(env=CountingEnv, env_config=None, num_envs=2, **kw):
     config = (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(env, env_config=env_config or {})
         .env_runners(num_envs_per_env_runner=num_envs, **kw)
     )
@@ -195,6 +197,7 @@ class TestRunnerWiring:
         try:
             config = (
                 AlgorithmConfig()
+                .rl_module(rl_module_spec=RLModuleSpec())
                 .environment("counting-test-v0", env_config={"episode_len": 2})
                 .env_runners(num_envs_per_env_runner=2)
             )
@@ -225,6 +228,7 @@ class TestRunnerWiring:
         env_config = {"fail_at_step": 4, "episode_len": 50, "flag_file": str(tmp_path / "f")}
         config = (
             AlgorithmConfig()
+            .rl_module(rl_module_spec=RLModuleSpec())
             .environment(FailingEnv, env_config=env_config)
             .env_runners(num_envs_per_env_runner=2, gym_env_vectorize_mode="async")
             .fault_tolerance(restart_failed_sub_environments=True)
@@ -289,6 +293,7 @@ class TestCallbacks:
 
         config = (
             AlgorithmConfig()
+            .rl_module(rl_module_spec=RLModuleSpec())
             .environment(CountingEnv, env_config={"episode_len": 4})
             .env_runners(num_envs_per_env_runner=1)
             .callbacks(Tracker)

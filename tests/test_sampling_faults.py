@@ -15,6 +15,7 @@ import pytest
 import ray
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.multi_agent_env import make_multi_agent
 from envrunners.env.multi_agent_env_runner import MultiAgentEnvRunner
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
@@ -114,6 +115,7 @@ def config(what="obs", *, at=5, only_index=None, limit=1, num_envs=3, restart=Fa
     env_config = {"at": at, "what": what, "only_index": only_index, "limit": limit}
     return (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(Poisoned, env_config=env_config)
         .env_runners(num_envs_per_env_runner=num_envs)
         .fault_tolerance(restart_failed_sub_environments=restart)
@@ -150,18 +152,7 @@ def test_crashed_sub_envs_do_not_shrink_the_batch(n):
 
 
 def test_crashed_sub_envs_do_not_shrink_the_multi_agent_batch():
-    cfg = (
-        AlgorithmConfig()
-        .environment(
-            make_multi_agent(Poisoned),
-            env_config={"num_agents": 2, "at": 3, "what": "raise", "limit": 3},
-        )
-        .env_runners(num_envs_per_env_runner=2)
-        .multi_agent(policies={"p0"}, policy_mapping_fn=lambda aid, ep, **kw: "p0")
-        .fault_tolerance(restart_failed_sub_environments=True)
-        .debugging(seed=0)
-    )
-    r = MultiAgentEnvRunner(config=cfg)
+    r = MultiAgentEnvRunner(config=_ma_config(restart=True, what="raise", at=3, limit=3))
     try:
         episodes = r.sample(num_timesteps=20)
         assert total(episodes) >= 20
@@ -252,7 +243,12 @@ def test_dict_observations_check_each_float_leaf():
     assert [name for name, _ in check.obs_leaves] == ["obs['pos']"]
     assert ObsRewardCheck(gym.spaces.Box(0, 255, (84, 84), np.uint8)).obs_leaves == []
     assert ObsRewardCheck(gym.spaces.Discrete(3)).obs_leaves == []
-    cfg = AlgorithmConfig().environment(DictObsEnv).env_runners(num_envs_per_env_runner=2)
+    cfg = (
+        AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
+        .environment(DictObsEnv)
+        .env_runners(num_envs_per_env_runner=2)
+    )
     r = SingleAgentEnvRunner(config=cfg.rl_module(model_config={"fcnet_hiddens": [8]}))
     try:
         with pytest.raises(NonFiniteEnvDataError) as info:
@@ -281,12 +277,13 @@ def test_non_finite_module_outputs_are_raised_before_acting():
         r.stop()
 
 
-def _ma_config(restart):
+def _ma_config(restart, what="obs", at=4, limit=1):
     return (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(
             make_multi_agent(Poisoned),
-            env_config={"num_agents": 2, "at": 4, "what": "obs", "limit": 1},
+            env_config={"num_agents": 2, "at": at, "what": what, "limit": limit},
         )
         .env_runners(num_envs_per_env_runner=2)
         .multi_agent(policies={"p0"}, policy_mapping_fn=lambda aid, ep, **kw: "p0")

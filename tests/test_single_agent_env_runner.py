@@ -10,6 +10,7 @@ import pytest
 from tests.envs.simple import BadObsEnv, CountingEnv, FailingEnv
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.env_runner import EnvRunner
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.errors import EnvCreatorError, EnvRunnerError, SpaceError
@@ -18,6 +19,7 @@ from envrunners.errors import EnvCreatorError, EnvRunnerError, SpaceError
 def make_runner(num_envs=1, fragment=10, env="CartPole-v1", **env_runner_kw):
     config = (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(env)
         .env_runners(
             num_envs_per_env_runner=num_envs, rollout_fragment_length=fragment, **env_runner_kw
@@ -161,6 +163,7 @@ class TestAutoresetAndCounting:
     def test_complete_episodes_mode(self):
         config = (
             AlgorithmConfig()
+            .rl_module(rl_module_spec=RLModuleSpec())
             .environment(CountingEnv, env_config={"episode_len": 4})
             .env_runners(num_envs_per_env_runner=3, batch_mode="complete_episodes")
         )
@@ -173,6 +176,7 @@ class TestMetrics:
     def test_keys_and_values_on_deterministic_env(self):
         config = (
             AlgorithmConfig()
+            .rl_module(rl_module_spec=RLModuleSpec())
             .environment(CountingEnv, env_config={"episode_len": 4, "reward": 2.0})
             .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=3)
         )
@@ -210,7 +214,12 @@ class TestSeeding:
         assert a[1] == b[1]
 
     def test_worker_index_changes_seed(self):
-        config = AlgorithmConfig().environment(CountingEnv).debugging(seed=10)
+        config = (
+            AlgorithmConfig()
+            .rl_module(rl_module_spec=RLModuleSpec())
+            .environment(CountingEnv)
+            .debugging(seed=10)
+        )
         r1 = SingleAgentEnvRunner(config=config, worker_index=1)
         r2 = SingleAgentEnvRunner(config=config, worker_index=2)
         r1.sample(num_timesteps=1)
@@ -224,6 +233,7 @@ class TestSubEnvRestart:
         FailingEnv.failures = 0
         config = (
             AlgorithmConfig()
+            .rl_module(rl_module_spec=RLModuleSpec())
             .environment(FailingEnv, env_config={"episode_len": 50, "fail_at_step": 3})
             .env_runners(num_envs_per_env_runner=2)
             .fault_tolerance(restart_failed_sub_environments=True)
@@ -249,6 +259,7 @@ class TestSubEnvRestart:
         FailingEnv.failures = 0
         config = (
             AlgorithmConfig()
+            .rl_module(rl_module_spec=RLModuleSpec())
             .environment(FailingEnv, env_config={"fail_at_step": 2})
             .env_runners(num_envs_per_env_runner=2)
         )
@@ -261,29 +272,37 @@ class TestSubEnvRestart:
 
 class TestBadInput:
     def test_creator_returning_non_env(self):
-        config = AlgorithmConfig().environment(lambda ctx: 42)
+        config = (
+            AlgorithmConfig().rl_module(rl_module_spec=RLModuleSpec()).environment(lambda ctx: 42)
+        )
         with pytest.raises(EnvCreatorError, match=r"returned 42 \(type int\), which is not an"):
             SingleAgentEnvRunner(config=config)
 
     def test_unknown_env_id_suggests(self):
-        config = AlgorithmConfig().environment("CartPol-v1")
+        config = (
+            AlgorithmConfig().rl_module(rl_module_spec=RLModuleSpec()).environment("CartPol-v1")
+        )
         with pytest.raises(EnvCreatorError, match="Did you mean 'CartPole-v1'"):
             SingleAgentEnvRunner(config=config)
 
     def test_observation_outside_space(self):
-        config = AlgorithmConfig().environment(BadObsEnv)
+        config = AlgorithmConfig().rl_module(rl_module_spec=RLModuleSpec()).environment(BadObsEnv)
         r = SingleAgentEnvRunner(config=config)
         with pytest.raises(SpaceError, match=r"not in its observation_space Box\(0\.0"):
             r.sample(num_timesteps=2)
 
     def test_disable_env_checking(self):
-        config = AlgorithmConfig().environment(BadObsEnv, disable_env_checking=True)
+        config = (
+            AlgorithmConfig()
+            .rl_module(rl_module_spec=RLModuleSpec())
+            .environment(BadObsEnv, disable_env_checking=True)
+        )
         r = SingleAgentEnvRunner(config=config)
         assert len(r.sample(num_timesteps=2)) >= 1
 
     def test_no_env_given(self):
         with pytest.raises(EnvCreatorError, match="config.env is not set"):
-            SingleAgentEnvRunner(config=AlgorithmConfig())
+            SingleAgentEnvRunner(config=AlgorithmConfig().rl_module(rl_module_spec=RLModuleSpec()))
 
 
 class TestStateAndWeights:
@@ -327,7 +346,12 @@ class TestStateAndWeights:
         assert spaces["__env__"][0].shape == (2, 4)
 
     def test_local_runner_of_group_has_no_env(self):
-        config = AlgorithmConfig().environment("CartPole-v1").env_runners(num_env_runners=2)
+        config = (
+            AlgorithmConfig()
+            .rl_module(rl_module_spec=RLModuleSpec())
+            .environment("CartPole-v1")
+            .env_runners(num_env_runners=2)
+        )
         r = SingleAgentEnvRunner(config=config, worker_index=0)
         assert r.env is None
         with pytest.raises(ValueError, match="doesn't have an env"):
@@ -352,6 +376,7 @@ def test_runner_records_episodes_when_output_is_set(tmp_path):
 
     config = (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(CountingEnv, env_config={"episode_len": 3})
         .env_runners(num_envs_per_env_runner=2)
         .offline_data(output=str(tmp_path / "out"))
@@ -372,9 +397,38 @@ def test_reset_failure_without_restart_is_an_env_runner_error():
         def reset(self, *, seed=None, options=None):
             raise OSError("simulator down")
 
-    r = SingleAgentEnvRunner(config=AlgorithmConfig().environment(BadReset), worker_index=2)
+    r = SingleAgentEnvRunner(
+        config=AlgorithmConfig().rl_module(rl_module_spec=RLModuleSpec()).environment(BadReset),
+        worker_index=2,
+    )
     with pytest.raises(
         EnvRunnerError, match=r"env runner 2: sub-environment 0 raised OSError"
     ) as info:
         r.sample(num_timesteps=1)
     assert isinstance(info.value.__cause__, OSError)
+
+
+class TestBaseConfigWithoutModule:
+    """A base AlgorithmConfig with no rl_module_spec builds no module (RLlib 2.60)."""
+
+    def test_samples_random_actions_as_rllib(self):
+        config = AlgorithmConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2)
+        r = SingleAgentEnvRunner(config=config)
+        try:
+            assert r.module is None
+            episodes = r.sample(num_timesteps=10)
+            assert total(episodes) >= 10
+            # As RLlib's module-less episodes: actions in the space, only weights_seq_no.
+            for e in episodes:
+                assert set(e.extra_model_outputs) == {"weights_seq_no"}
+                assert all(r.env.single_action_space.contains(a) for a in e.get_actions())
+            (done, *_) = r.sample(num_episodes=1)
+            assert done.is_done
+            assert "rlmodule_inference_timer" not in r.get_metrics()
+            with pytest.raises(AttributeError, match="no module"):
+                r.get_state()
+        finally:
+            r.stop()
+        with_spec = SingleAgentEnvRunner(config=config.rl_module(rl_module_spec=RLModuleSpec()))
+        assert with_spec.module is not None
+        with_spec.stop()

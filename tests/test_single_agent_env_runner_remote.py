@@ -6,6 +6,7 @@ import pytest
 from tests.envs.simple import CountingEnv
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 
 
@@ -16,6 +17,7 @@ def test_remote_runners_sample_fragments(ray_session, env, remote_worker_envs):
     ray = ray_session
     config = (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(env)
         .env_runners(
             num_env_runners=2,

@@ -125,6 +125,7 @@ class TinyImageEnv(gym.Env):
 def make_runner(env, num_envs=2, spec=None, model_config=None, fragment=10, **fault):
     config = (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(env)
         .env_runners(num_envs_per_env_runner=num_envs, rollout_fragment_length=fragment)
         .debugging(seed=0)
@@ -255,6 +256,7 @@ def test_sub_env_restart_resets_only_that_sub_envs_state():
     env_config = {"episode_len": 50, "fail_at_step": 4}
     config = (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(FailingEnv, env_config=env_config)
         .env_runners(num_envs_per_env_runner=2)
         .fault_tolerance(restart_failed_sub_environments=True)
@@ -279,6 +281,7 @@ def test_recreated_async_env_resets_every_state(tmp_path):
     env_config = {"episode_len": 50, "fail_at_step": 4, "flag_file": str(tmp_path / "failed")}
     config = (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment(FailingEnv, env_config=env_config)
         .env_runners(num_envs_per_env_runner=2, gym_env_vectorize_mode="async")
         .fault_tolerance(restart_failed_sub_environments=True)

@@ -20,6 +20,7 @@ import torch
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.core.rl_module.default_torch_rl_module import DefaultTorchRLModule
+from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.env_runner_group import EnvRunnerGroup
 from envrunners.utils.cow_arrays import AdoptableState, adoptable_state
 
@@ -103,6 +104,7 @@ def test_module_adopts_then_copies_into_fresh_memory(ray_session):
 def big_group(ray_session):
     config = (
         AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
         .environment("CartPole-v1")
         .env_runners(num_env_runners=2, num_cpus_per_env_runner=0, rollout_fragment_length=10)
         .rl_module(model_config={"fcnet_hiddens": HIDDENS})

@@ -375,6 +375,12 @@ class NewStackEnvRunner(EnvRunner):
         self._inference_time = 0.0
         return num_timesteps, num_episodes, start
 
+    def _acts_randomly(self, random_actions: bool) -> bool:
+        """``random_actions``, or True when the config builds no module (base config)."""
+        if random_actions or self.module is not None:
+            return random_actions
+        return self._module_error == runner_setup.NO_DEFAULT_MODULE
+
     def _t_offset(self) -> int:
         """The timestep the exploration schedule starts this call at (all runners' steps)."""
         n = self.config.num_env_runners or 1

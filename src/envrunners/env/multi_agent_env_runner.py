@@ -123,11 +123,16 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         """Build a ``MultiRLModule`` with one module per policy id.
 
         ``module`` stays None (only random actions) if spaces are unknown or the
-        default module cannot handle them; a bad ``rl_module_spec`` raises.
+        default module cannot handle them; a bad ``rl_module_spec`` raises. A base
+        ``AlgorithmConfig`` without ``rl_module_spec`` builds none (as in RLlib):
+        ``sample()`` then takes random actions.
         """
+        self.module, self._module_error = None, None
+        if not runner_setup.builds_module(self.config):
+            self._module_error = runner_setup.NO_DEFAULT_MODULE
+            return
         spaces = self.get_spaces()
         missing = [mid for mid in self._module_ids if mid not in spaces]
-        self.module, self._module_error = None, None
         if missing:
             self._module_error = f"no spaces are known for module(s) {missing}"
             return
@@ -242,6 +247,7 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         episodes come first, then each sub-env's in-progress chunk, which the next
         call continues (same ``id_``, ``env_t_started`` = this chunk's ``env_t``).
         """
+        random_actions = self._acts_randomly(random_actions)
         num_timesteps, num_episodes, start = self._begin_sample(
             num_timesteps, num_episodes, explore, random_actions
         )

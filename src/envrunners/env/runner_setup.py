@@ -246,6 +246,35 @@ def reward_transform(config: Any) -> Callable[[np.ndarray], np.ndarray] | None:
     return clip_rewards_fn(config.clip_rewards)
 
 
+#: Why a runner of a base ``AlgorithmConfig`` has no module (and samples randomly).
+NO_DEFAULT_MODULE = (
+    "a base AlgorithmConfig has no default module, as in RLlib; set "
+    "config.rl_module(rl_module_spec=RLModuleSpec(...)) or use an algorithm's config "
+    "(e.g. PPOConfig)"
+)
+
+
+def builds_module(config: Any) -> bool:
+    """Whether a runner builds a module for ``config`` (else it samples random actions).
+
+    As in RLlib, the base ``AlgorithmConfig`` has no default module: without an
+    ``rl_module_spec`` its runners have none. Algorithm configs (``PPOConfig``,
+    ``PGConfig``, subclasses) get the default module; a config class may say
+    otherwise with ``get_default_rl_module_spec`` raising ``NotImplementedError``.
+    """
+    if getattr(config, "rl_module_spec", None) is not None:
+        return True
+    default = getattr(config, "get_default_rl_module_spec", None)
+    if default is not None:
+        try:
+            default()
+        except NotImplementedError:
+            return False
+        return True
+    cls = type(config)
+    return not (cls.__name__ == "AlgorithmConfig" and cls.__module__.startswith("envrunners."))
+
+
 def build_module(config: Any, spaces: tuple[gym.Space, gym.Space], inference_only: bool = True):
     """Build the RLModule for one module id from ``config.rl_module_spec`` or the default."""
     from envrunners.core.rl_module import default_torch_rl_module as default_model

@@ -107,7 +107,14 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         return self.config.observation_space, self.config.action_space
 
     def make_module(self) -> None:
-        """Build the module from ``config.rl_module_spec`` or the default MLP."""
+        """Build the module from ``config.rl_module_spec`` or the default MLP.
+
+        A base ``AlgorithmConfig`` without ``rl_module_spec`` builds none (as in
+        RLlib): ``sample()`` then takes random actions.
+        """
+        if not runner_setup.builds_module(self.config):
+            self.module, self._module_error = None, runner_setup.NO_DEFAULT_MODULE
+            return
         spaces = self.get_spaces()
         if DEFAULT_MODULE_ID not in spaces:
             self.module, self._module_error = None, "no action space known"
@@ -197,6 +204,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         in-progress chunk of each sub-env, which the next call continues (same
         ``id_``, ``t_started`` = this chunk's ``t``).
         """
+        random_actions = self._acts_randomly(random_actions)
         num_timesteps, num_episodes, start = self._begin_sample(
             num_timesteps, num_episodes, explore, random_actions
         )
