@@ -29,7 +29,11 @@ from envrunners.env._sampling_connectors import SamplingConnectors
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import NonFiniteEnvDataError
-from envrunners.sampling.finite_checks import ObsRewardCheck, check_module_outputs
+from envrunners.sampling.finite_checks import (
+    ObsRewardCheck,
+    all_finite_fast,
+    check_module_outputs,
+)
 from envrunners.sampling.sample_result import EpisodeStats
 from envrunners.sampling.single_agent import SingleAgentSampler, SingleAgentSampleResult
 
@@ -172,7 +176,9 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         start = time.perf_counter()
         out = runner_setup.compute_actions(self.module, obs, explore, t)
         self._inference_time += time.perf_counter() - start
-        check_module_outputs(DEFAULT_MODULE_ID, out)
+        inputs = out.get(Columns.ACTION_DIST_INPUTS)
+        if inputs is not None and not all_finite_fast(inputs):
+            check_module_outputs(DEFAULT_MODULE_ID, out)
         actions = out.pop(Columns.ACTIONS)
         return actions, out
 

@@ -23,6 +23,7 @@ from envrunners.errors import NonFiniteEnvDataError, NonFiniteModuleOutputError
 
 __all__ = [
     "ObsRewardCheck",
+    "all_finite_fast",
     "check_module_outputs",
     "episode_step_error",
     "float_leaf_getters",
@@ -92,6 +93,11 @@ class ObsRewardCheck:
     def __init__(self, observation_space: gym.Space | None):
         self.obs_leaves = float_leaf_getters(observation_space)
         self._getters = tuple(get for _, get in self.obs_leaves)
+        #: The observation batch is one float array: ``finite(obs, rewards)`` is one
+        #: expression a loop can inline (two ``vdot`` calls, one ``isfinite``).
+        self.single_array = (
+            isinstance(observation_space, gym.spaces.Box) and len(self.obs_leaves) == 1
+        )
 
     def ok(self, obs: Any, rewards: Any) -> bool:
         """True when every float observation leaf and every reward is finite."""
@@ -124,7 +130,7 @@ def check_module_outputs(module_id: Any, out: dict) -> None:
     Called after every forward, before the actions reach any env.
     """
     inputs = out.get(Columns.ACTION_DIST_INPUTS)
-    if inputs is None or _all_finite_fast(inputs):
+    if inputs is None or all_finite_fast(inputs):
         return
     rows = non_finite_rows(inputs)
     if not len(rows):
@@ -139,7 +145,8 @@ def check_module_outputs(module_id: Any, out: dict) -> None:
     )
 
 
-def _all_finite_fast(x: Any) -> bool:
+def all_finite_fast(x: Any) -> bool:
+    """One ``vdot``: True when ``x`` is all finite (False may be a squares overflow)."""
     try:
         return _isfinite(_vdot(x, x))
     except (TypeError, ValueError):
