@@ -342,3 +342,31 @@ def test_failures_are_logged_once_per_kind_then_counted(caplog, monkeypatch):
         assert r.get_metrics()["num_env_step_failures"] == 30
     finally:
         r.stop()
+
+
+def test_remote_runners_report_and_recover_from_poisoned_data(ray_session):
+    from envrunners.env.env_runner_group import EnvRunnerGroup
+
+    cfg = config("obs", at=5, only_index=1, num_envs=2).env_runners(
+        num_env_runners=1, num_cpus_per_env_runner=0
+    )
+    group = EnvRunnerGroup(config=cfg, num_env_runners=1, local_env_runner=False)
+    try:
+        with pytest.raises(NonFiniteEnvDataError, match="sub-environment 1 .* at step 5"):
+            group.foreach_env_runner(
+                lambda r: r.sample(num_timesteps=40), local_env_runner=False, remote_worker_ids=[1]
+            )
+    finally:
+        group.stop()
+    cfg = cfg.fault_tolerance(restart_failed_sub_environments=True)
+    group = EnvRunnerGroup(config=cfg, num_env_runners=1, local_env_runner=False)
+    try:
+        results = group.foreach_env_runner(
+            lambda r: (r.sample(num_timesteps=40), r.get_metrics()), local_env_runner=False
+        )
+        assert len(results) == 1
+        for episodes, metrics in results:
+            assert total(episodes) >= 40 and all_finite(episodes)
+            assert metrics["num_env_step_failures"] == 1
+    finally:
+        group.stop()
