@@ -405,11 +405,11 @@ def _old_stack(config: AlgorithmConfig) -> AlgorithmConfig:
     )
 
 
-def test_old_stack_ppo_trains_with_rllib_old_keys_and_checkpoints(tmp_path):
+def test_old_stack_ppo_trains_with_rllib_old_keys_and_checkpoints(ray_session, tmp_path):
     config = _old_stack(
         PPOConfig()
         .environment("CartPole-v1")
-        .env_runners(num_env_runners=0)
+        .env_runners(num_env_runners=1, observation_filter="MeanStdFilter")
         .training(train_batch_size=200, minibatch_size=50, num_epochs=1)
         .evaluation(evaluation_interval=2, evaluation_duration=2)
         .debugging(seed=0)
@@ -437,18 +437,25 @@ def test_old_stack_ppo_trains_with_rllib_old_keys_and_checkpoints(tmp_path):
         assert result["evaluation"]["env_runners"]["num_episodes"] >= 2
         path = algo.save_to_path(tmp_path / "old")
         weights = algo.get_weights()
+        # The remote worker's filter statistics reached the driver's filter.
+        filter_state = algo.env_runner.filters["default_policy"].get_state()
+        assert filter_state["running_stats"]["num_pushes"] >= 400
     finally:
         algo.stop()
-    restored = Algorithm.from_checkpoint(path)
+    restored = config.copy().env_runners(num_env_runners=0).build_algo()  # no 2nd actor
     try:
-        assert type(restored) is PPO and restored.training_iteration == 2
+        restored.restore_from_path(path)
+        assert restored.training_iteration == 2
         assert _same_weights(restored.get_weights(), weights)
+        assert _same_weights(
+            restored.env_runner.filters["default_policy"].get_state(), filter_state
+        )
         assert restored.train()["counters"]["num_env_steps_sampled"] == 600
     finally:
         restored.stop()
 
 
-def test_old_stack_pg_builds_its_policy_and_trains():
+def test_old_stack_pg_builds_its_policy_trains_and_comes_back_from_a_checkpoint(tmp_path):
     config = _old_stack(
         PGConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
     ).training(train_batch_size=100)
@@ -457,8 +464,16 @@ def test_old_stack_pg_builds_its_policy_and_trains():
         assert type(algo.get_policy()).__name__ == "PGTorchPolicy"
         info = algo.train()["info"]["learner"]["default_policy"]["learner_stats"]
         assert math.isfinite(info["policy_loss"])
+        path = algo.save_to_path(tmp_path / "pg")
+        weights = algo.get_weights()
     finally:
         algo.stop()
+    restored = Algorithm.from_checkpoint(path)
+    try:
+        assert type(restored) is PG and restored.training_iteration == 1
+        assert _same_weights(restored.get_weights(), weights)
+    finally:
+        restored.stop()
 
 
 # ---------------------------------------------------------------------- algorithm-level keys

@@ -20,7 +20,7 @@ callbacks (``on_algorithm_init``, ``on_train_result``, ``on_evaluate_start`` /
 ``_end``, ``on_checkpoint_loaded``) fire where RLlib fires them.
 
 Refused with ``ConfigError`` (see ``_refuse_unsupported``): remote learners
-(``num_learners > 0``), GPUs the machine does not have,
+(``num_learners > 0``), learner GPUs (the learners train on the CPU),
 ``evaluation_parallel_to_training``, a hybrid API stack (one flag of the two),
 ``add_default_connectors_to_env_to_module_pipeline=False``, and on the old stack
 an ``exploration_config`` other than ``StochasticSampling``. ``validate()`` refuses
@@ -377,6 +377,17 @@ class Algorithm:
             self._counters["num_agent_steps_trained"] += agent_steps
         with self._timed("synch_weights"):
             group.sync_weights(global_vars={"timestep": self._counters["num_env_steps_sampled"]})
+            if group.num_healthy_remote_env_runners() and config.observation_filter != "NoFilter":
+                from envrunners.utils.filter_manager import FilterManager
+
+                # RLlib's _sync_filters_if_needed: merge the workers' filter deltas.
+                FilterManager.synchronize(
+                    local.filters,
+                    group,
+                    update_remote=config.update_worker_filter_stats,
+                    timeout_seconds=config.sync_filters_on_rollout_workers_timeout_s,
+                    use_remote_data_for_update=config.use_worker_filter_stats,
+                )
         return info
 
     def _old_stack_episodes(self, group: Any) -> list[Any]:
@@ -582,7 +593,8 @@ class Algorithm:
                 state = dict(local.get_policy(pid).get_state())
                 state.pop("policy_spec", None)  # rebuilt from the config on restore
                 policies[pid] = state
-            return {"policies": policies, "progress": progress}
+            filters = {pid: f.get_state() for pid, f in local.filters.items()}
+            return {"policies": policies, "filters": filters, "progress": progress}
         runner_state = self.env_runner.get_state(
             components=["env_to_module_connector", "module_to_env_connector"]
         )
@@ -609,6 +621,13 @@ class Algorithm:
                 policy = local.get_policy(pid)
                 if policy is not None:
                     policy.set_state(policy_state)
+            for pid, filter_state in (state.get("filters") or {}).items():
+                if pid in local.filters:
+                    local.filters[pid].set_state(filter_state)
+            if state.get("filters"):
+                self.env_runner_group.foreach_env_runner(
+                    "sync_filters", kwargs={"new_filters": local.get_filters()}
+                )
         elif "learner" in state:
             self.learner.set_state(state["learner"])
         runner_state = dict(state.get("env_runner", {}))
@@ -821,8 +840,8 @@ def merge_runner_metrics(metrics: list[dict]) -> dict[str, Any]:
 def _refuse_unsupported(config: AlgorithmConfig) -> None:
     """Raise one ``ConfigError`` naming every key this ``Algorithm`` cannot honour.
 
-    Still refused: ``num_learners > 0`` (learners run in the driver), GPUs the
-    machine lacks, ``evaluation_parallel_to_training``, a hybrid API stack,
+    Still refused: ``num_learners > 0`` (learners run in the driver), learner GPUs
+    (``num_gpus_per_learner`` / ``num_gpus``: the learners train on the CPU), ``evaluation_parallel_to_training``, a hybrid API stack,
     ``add_default_connectors_to_env_to_module_pipeline=False`` (the runners' acting
     path does batching and tensors itself, so there are no default pieces to leave
     out) and, on the old stack, an ``exploration_config`` other than
@@ -835,10 +854,11 @@ def _refuse_unsupported(config: AlgorithmConfig) -> None:
             "process only; use num_learners=0"
         )
     gpus = max(float(config.num_gpus_per_learner or 0), float(config.num_gpus or 0))
-    if gpus > 0 and not _cuda_available():
+    if gpus > 0:
+        why = "the learners train on the CPU" if _cuda_available() else "this machine has none"
         problems.append(
-            f"{gpus:g} GPU(s) asked for (num_gpus_per_learner / num_gpus) but this machine "
-            "has none; set them to 0"
+            f"{gpus:g} GPU(s) asked for (num_gpus_per_learner / num_gpus) but {why}; "
+            "set them to 0"
         )
     if config.evaluation_parallel_to_training:
         problems.append(
