@@ -115,6 +115,9 @@ def test_gpus_on_a_machine_without_them_are_refused(monkeypatch):
     monkeypatch.setattr(algorithm_module, "_cuda_available", lambda: False)
     with pytest.raises(ConfigError, match="GPU"):
         _config().learners(num_gpus_per_learner=1).build_algo()
+    monkeypatch.setattr(algorithm_module, "_cuda_available", lambda: True)
+    with pytest.raises(ConfigError, match="learners train on the CPU"):
+        _config().learners(num_gpus_per_learner=1).build_algo()
 
 
 # ---------------------------------------------------------------------- train()
@@ -573,6 +576,7 @@ def test_algorithm_level_callbacks_fire_where_rllib_fires_them(tmp_path):
             "add_default_connectors_to_learner_pipeline=False",
         ),
         (lambda c: c.api_stack(enable_rl_module_and_learner=False), "hybrid API stack"),
+        (lambda c: c.offline_data(input_="/tmp/some/episodes"), "no offline learning"),
     ],
 )
 def test_keys_algorithm_cannot_honour_are_refused(change, message):

@@ -22,8 +22,9 @@ callbacks (``on_algorithm_init``, ``on_train_result``, ``on_evaluate_start`` /
 Refused with ``ConfigError`` (see ``_refuse_unsupported``): remote learners
 (``num_learners > 0``), learner GPUs (the learners train on the CPU),
 ``evaluation_parallel_to_training``, a hybrid API stack (one flag of the two),
-``add_default_connectors_to_env_to_module_pipeline=False``, and on the old stack
-an ``exploration_config`` other than ``StochasticSampling``. ``validate()`` refuses
+``add_default_connectors_to_env_to_module_pipeline=False``, offline ``input_`` on
+the new stack, and on the old stack an ``exploration_config`` other than
+``StochasticSampling``. ``validate()`` refuses
 ``exploration_config`` on the new stack and ``add_default_connectors_to_learner_pipeline=False``.
 """
 
@@ -841,11 +842,13 @@ def _refuse_unsupported(config: AlgorithmConfig) -> None:
     """Raise one ``ConfigError`` naming every key this ``Algorithm`` cannot honour.
 
     Still refused: ``num_learners > 0`` (learners run in the driver), learner GPUs
-    (``num_gpus_per_learner`` / ``num_gpus``: the learners train on the CPU), ``evaluation_parallel_to_training``, a hybrid API stack,
+    (``num_gpus_per_learner`` / ``num_gpus``: the learners train on the CPU),
+    ``evaluation_parallel_to_training``, a hybrid API stack,
     ``add_default_connectors_to_env_to_module_pipeline=False`` (the runners' acting
     path does batching and tensors itself, so there are no default pieces to leave
-    out) and, on the old stack, an ``exploration_config`` other than
-    ``StochasticSampling`` (the policies sample from their action distribution).
+    out), offline ``input_`` on the new stack (its runners only sample envs) and, on
+    the old stack, an ``exploration_config`` other than ``StochasticSampling`` (the
+    policies sample from their action distribution).
     """
     problems = []
     if config.num_learners:
@@ -857,8 +860,7 @@ def _refuse_unsupported(config: AlgorithmConfig) -> None:
     if gpus > 0:
         why = "the learners train on the CPU" if _cuda_available() else "this machine has none"
         problems.append(
-            f"{gpus:g} GPU(s) asked for (num_gpus_per_learner / num_gpus) but {why}; "
-            "set them to 0"
+            f"{gpus:g} GPU(s) asked for (num_gpus_per_learner / num_gpus) but {why}; set them to 0"
         )
     if config.evaluation_parallel_to_training:
         problems.append(
@@ -879,6 +881,13 @@ def _refuse_unsupported(config: AlgorithmConfig) -> None:
             "runners batch observations and make tensors themselves (no default connector "
             "pieces to leave out); leave it True and add your own pieces with "
             "env_to_module_connector"
+        )
+    if new_runners and config.input_ != "sampler":
+        problems.append(
+            f"input_={config.input_!r}: the new-stack Algorithm samples from the env (no "
+            "offline learning); offline input is read by the old stack's RolloutWorkers "
+            "(api_stack(enable_rl_module_and_learner=False, "
+            "enable_env_runner_and_connector_v2=False))"
         )
     exploration = config.exploration_config or {}
     if not new_runners and exploration.get("type", "StochasticSampling") != "StochasticSampling":
