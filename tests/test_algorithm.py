@@ -601,3 +601,23 @@ def test_module_to_env_default_connectors_flag_is_used():
         algo.train()
     finally:
         algo.stop()
+
+
+# ---------------------------------------------------------------------- docs
+def test_coming_from_rllib_page_script_runs(capsys):
+    """The envrunners script of docs/coming_from_rllib.md, 2 iterations, in-process runners."""
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "coming_from_rllib.md"
+    text = page.read_text()
+    script = text.split("<!-- envrunners-script -->\n```python\n", 1)[1].split("```", 1)[0]
+    rllib = text.split("```python\n", 1)[1].split("```", 1)[0]
+    # Only the imports differ from the RLlib script above it.
+    assert rllib.replace("ray.rllib.", "envrunners.") == script
+    short = script.replace("NUM_ITERATIONS = 20", "NUM_ITERATIONS = 2").replace(
+        "num_env_runners=2", "num_env_runners=0"
+    )
+    assert short != script
+    exec(compile(short, str(page), "exec"), {"__name__": "__docs__"})
+    out = capsys.readouterr().out
+    assert "greedy return" in out and "restored at iteration 2" in out
