@@ -429,7 +429,8 @@ def test_old_stack_ppo_trains_with_rllib_old_keys_and_checkpoints(ray_session, t
         assert "default_policy" in runners["policy_reward_mean"]
         assert runners["episodes_this_iter"] == runners["num_episodes"] > 0
         info = result["info"]["learner"]["default_policy"]
-        for key in ("total_loss", "policy_loss", "vf_loss", "kl", "cur_kl_coeff", "cur_lr"):
+        stats = ("total_loss", "policy_loss", "vf_loss", "kl", "cur_kl_coeff", "cur_lr")
+        for key in (*stats, "vf_explained_var"):
             assert math.isfinite(info["learner_stats"][key]), key
         assert info["num_agent_steps_trained"] == 200
         assert info["diff_num_grad_updates_vs_sampler_policy"] == 1.5  # 4 minibatches

@@ -379,16 +379,8 @@ class Algorithm:
         with self._timed("synch_weights"):
             group.sync_weights(global_vars={"timestep": self._counters["num_env_steps_sampled"]})
             if group.num_healthy_remote_env_runners() and config.observation_filter != "NoFilter":
-                from envrunners.utils.filter_manager import FilterManager
-
                 # RLlib's _sync_filters_if_needed: merge the workers' filter deltas.
-                FilterManager.synchronize(
-                    local.filters,
-                    group,
-                    update_remote=config.update_worker_filter_stats,
-                    timeout_seconds=config.sync_filters_on_rollout_workers_timeout_s,
-                    use_remote_data_for_update=config.use_worker_filter_stats,
-                )
+                group.sync_env_runner_states(config=config)
         return info
 
     def _old_stack_episodes(self, group: Any) -> list[Any]:
