@@ -11,7 +11,7 @@ loop. This class is that entry point on top of the sampling layer, on both API s
   ``learners/<module id>``, ``timers``, ``evaluation``, ...).
 - **Old stack** (``api_stack(enable_rl_module_and_learner=False,
   enable_env_runner_and_connector_v2=False)``): an ``EnvRunnerGroup`` of
-  ``RolloutWorker`` s with the algorithm's policy (``get_default_policy_class``),
+  ``RolloutWorker`` actors with the algorithm's policy (``get_default_policy_class``),
   trained by the local worker's ``learn_on_batch``; results in RLlib's old layout
   (``env_runners/episode_reward_mean``, ``info/learner/<policy id>/learner_stats``).
 
@@ -24,8 +24,8 @@ Refused with ``ConfigError`` (see ``_refuse_unsupported``): remote learners
 ``evaluation_parallel_to_training``, a hybrid API stack (one flag of the two),
 ``add_default_connectors_to_env_to_module_pipeline=False``, offline ``input_`` on
 the new stack, and on the old stack an ``exploration_config`` other than
-``StochasticSampling``. ``validate()`` refuses
-``exploration_config`` on the new stack and ``add_default_connectors_to_learner_pipeline=False``.
+``StochasticSampling``. ``validate()`` refuses ``exploration_config`` on the new
+stack and ``add_default_connectors_to_learner_pipeline=False``.
 """
 
 from __future__ import annotations
