@@ -6,7 +6,8 @@ value, what was expected and, where there is one, the fix::
     EnvRunnersError                  base of everything below
     ├── ConfigError(ValueError)      a config key, type or value is wrong
     │   ├── FrozenConfigError(AttributeError) a frozen config was modified
-    │   └── UnknownOptionError(TypeError) an unknown keyword to a builder method
+    │   ├── UnknownOptionError(TypeError) an unknown keyword to a builder method
+    │   └── NoAlgorithmClassError(TypeError) build_algo() on a config without an algorithm
     ├── CliError                     bad command-line input (exit code 2) or a failed command
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
     │   └── UnknownEnvError(EnvError) an env id that cannot be found or created
@@ -57,6 +58,7 @@ __all__ = [
     "EnvRunnersError",
     "FrozenConfigError",
     "ModuleActingError",
+    "NoAlgorithmClassError",
     "NotSerializable",
     "MultiAgentEnvError",
     "OfflineDataError",
@@ -311,4 +313,15 @@ class UnknownEnvError(EnvCreatorError, EnvError):
 
     An ``EnvError`` and ``ValueError`` (what RLlib's ``Algorithm`` raises for an invalid
     env descriptor), and still an ``EnvCreatorError`` for code written against envrunners.
+    """
+
+
+# -- algorithms (issue 15: Algorithm drop-in) ----------------------------------------------
+
+
+class NoAlgorithmClassError(ConfigError, TypeError):
+    """``build_algo()`` on a config that names no algorithm class (a base ``AlgorithmConfig()``).
+
+    A ``TypeError`` as in RLlib (which calls its ``algo_class`` of None and fails with
+    "'NoneType' object is not callable"); a ``ConfigError`` with a message naming the fix.
     """

@@ -440,6 +440,9 @@ UNSUPPORTED_VALUES: dict[str, str] = {
     "num_aggregator_actors_per_learner": "there are no aggregator actors",
     "use_env_runner_state_server": "env runner states are synced directly, without a server",
     "learner_connector": "the learners build their batches themselves (no learner pipeline)",
+    "add_default_connectors_to_learner_pipeline": (
+        "the learners build their batches themselves (no learner pipeline to leave empty)"
+    ),
     "_torch_grad_scaler_class": "the learners train in full precision (no grad scaler)",
     "_torch_lr_scheduler_classes": "the learners take lr schedules only as lr=[[t, lr], ...]",
     "_fake_gpus": "there is no fake-GPU mode",

@@ -58,7 +58,13 @@ from envrunners.algorithms._config_fields import (
     extend_fields,
 )
 from envrunners.core import DEFAULT_POLICY_ID
-from envrunners.errors import ConfigError, FrozenConfigError, UnknownOptionError, suggest
+from envrunners.errors import (
+    ConfigError,
+    FrozenConfigError,
+    NoAlgorithmClassError,
+    UnknownOptionError,
+    suggest,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -491,6 +497,15 @@ class AlgorithmConfig:
                 f"grad_clip_by={self.grad_clip_by!r} is not supported by envrunners: gradients "
                 "are clipped by their global norm; use grad_clip_by='global_norm'."
             )
+        if self.enable_rl_module_and_learner and self.exploration_config:
+            # RLlib's own text (AlgorithmConfig.validate, new API stack).
+            problems.append(
+                "When the RLModule API is enabled, exploration_config can not be set. If you "
+                "want to implement custom exploration behaviour, please modify the "
+                "`forward_exploration` method of the RLModule at hand. On configs that have a "
+                "default exploration config, this must be done via "
+                f"`config.exploration_config={{}}` (got {self.exploration_config!r})."
+            )
         if isinstance(self.evaluation_config, dict):
             where = f"{type(self).__name__}.evaluation_config"
             _, found = self._resolve(None, self.evaluation_config, where)
@@ -585,11 +600,12 @@ class AlgorithmConfig:
             **kwargs: Other RLlib keywords (``logger_creator``, ...), passed on.
 
         Raises:
-            ConfigError: The config names no algorithm class (a base
-                ``AlgorithmConfig()``; use ``PPOConfig``/``PGConfig``).
+            NoAlgorithmClassError: The config names no algorithm class (a base
+                ``AlgorithmConfig()``; use ``PPOConfig``/``PGConfig``). A ``ConfigError``
+                and, as RLlib raises there, a ``TypeError``.
         """
         if self.algo_class is None:
-            raise ConfigError(
+            raise NoAlgorithmClassError(
                 f"{type(self).__name__} names no algorithm class: build_algo() needs an "
                 "algorithm's config (PPOConfig(), PGConfig()) or AlgorithmConfig(algo_class=...)"
             )
