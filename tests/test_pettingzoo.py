@@ -183,8 +183,12 @@ def test_parallel_wrapper_around_a_turn_based_env_gets_the_parallel_adapter():
     from pettingzoo.classic import rps_v2
 
     r = MultiAgentEnvRunner(
-        _config(lambda cfg: rps_v2.parallel_env(), num_envs=1, policies=("p",),
-                mapping=lambda aid, ep, **kw: "p")  # fmt: skip
+        _config(
+            lambda cfg: rps_v2.parallel_env(),
+            num_envs=1,
+            policies=("p",),
+            mapping=lambda aid, ep, **kw: "p",
+        )  # fmt: skip
     )
     assert isinstance(r.env.envs[0], ParallelPettingZooEnv)
     episodes = r.sample(num_timesteps=20)
