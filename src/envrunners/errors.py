@@ -5,6 +5,7 @@ value, what was expected and, where there is one, the fix::
 
     EnvRunnersError                  base of everything below
     ├── ConfigError(ValueError)      a config key, type or value is wrong
+    │   ├── EnvPoolNotInstalledError(ImportError) the EnvPool backend without envpool
     │   ├── FrozenConfigError(AttributeError) a frozen config was modified
     │   └── UnknownOptionError(TypeError) an unknown keyword to a builder method
     ├── CliError                     bad command-line input (exit code 2) or a failed command
@@ -52,6 +53,7 @@ __all__ = [
     "ConnectorError",
     "DeprecatedAPIError",
     "EnvCreatorError",
+    "EnvPoolNotInstalledError",
     "EnvError",
     "EnvRunnerError",
     "EnvRunnersError",
@@ -311,4 +313,15 @@ class UnknownEnvError(EnvCreatorError, EnvError):
 
     An ``EnvError`` and ``ValueError`` (what RLlib's ``Algorithm`` raises for an invalid
     env descriptor), and still an ``EnvCreatorError`` for code written against envrunners.
+    """
+
+
+# -- EnvPool backend (env/vector/envpool_vector_env.py, session 7) --------------------------
+
+
+class EnvPoolNotInstalledError(ConfigError, ImportError):
+    """The EnvPool backend was asked for but ``envpool`` is not installed (names the extra).
+
+    A ``ConfigError`` (the config chose a backend this install lacks) and an
+    ``ImportError`` (what a missing optional package raises in RLlib).
     """
