@@ -232,6 +232,18 @@ def test_atari_pong_frames_match_the_wrapped_gymnasium_layout():
         runner.stop()
 
 
+def test_mujoco_continuous_actions_through_the_runner():
+    runner = make_runner("envpool:HalfCheetah-v5", num_envs=2)
+    try:
+        assert runner.env.single_action_space.shape == (6,)
+        episodes = runner.sample(num_timesteps=20)
+        actions = np.concatenate([e.get_actions() for e in episodes])
+        assert actions.shape == (20, 6) and np.isfinite(actions).all()
+        assert episodes[0].get_observations().shape[1:] == (17,)
+    finally:
+        runner.stop()
+
+
 # -- asynchronous interface --------------------------------------------------------------
 def test_async_recv_send_gives_each_sub_env_the_synchronous_trajectory():
     n, batch, per_env = 4, 2, 120

@@ -9,6 +9,8 @@ workload's timesteps, one batch per timed repeat.
 
 from __future__ import annotations
 
+import logging
+
 import gymnasium as gym
 import torch
 from workloads import PeerUnavailable, Workload, env_fns, median_rate, policy_net, record
@@ -26,6 +28,7 @@ def run(workload: Workload, repeats: int):
             f"torchrl is not installed or does not import here ({err}); "
             "pip install 'envrunners[peers]'"
         ) from err
+    logging.getLogger("torchrl").setLevel(logging.WARNING)  # its INFO lines go to stdout
     # TorchRL takes gymnasium vector envs with SAME_STEP autoreset (or none), not NEXT_STEP.
     vector_env = gym.vector.SyncVectorEnv(
         env_fns(workload), autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
