@@ -137,6 +137,13 @@ def test_seeded_reset_repeats_and_rows_are_in_env_id_order():
         assert len({o.tobytes() for o in first}) == 3  # sub-envs have their own streams
     finally:
         env.close()
+    unseeded = [EnvPoolVectorEnv("CartPole-v1", 3) for _ in range(2)]
+    try:  # no seed: a fresh one per pool, as unseeded gymnasium envs
+        a, b = (env.reset()[0] for env in unseeded)
+        assert not np.array_equal(a, b)
+    finally:
+        for env in unseeded:
+            env.close()
 
 
 # -- through SingleAgentEnvRunner --------------------------------------------------------

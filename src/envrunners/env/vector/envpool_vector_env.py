@@ -119,10 +119,10 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     """``num_envs`` EnvPool sub-envs of ``task_id`` behind gymnasium's vector-env API.
 
     Args:
-        task_id: EnvPool's task id (see ``envpool_task_id``).
+        task_id: EnvPool's task id, or a name ``envpool_task_id`` maps to one.
         num_envs: How many sub-envs.
         batch_size: Sub-envs per ``recv()`` (``None`` = ``num_envs``: synchronous).
-        seed: The pool's seed (``None``: 0, EnvPool's own default is 42).
+        seed: The pool's seed (``None``: a fresh random one, as unseeded gymnasium envs).
         return_infos: Return EnvPool's infos split per sub-env (else empty dicts).
         **make_kwargs: Further ``envpool.make`` options (``max_episode_steps``,
             ``num_threads``, Atari's ``episodic_life``...). Atari tasks start from
@@ -149,6 +149,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
                 f"got {batch_size}"
             )
         self._envpool = envpool
+        task_id = envpool_task_id(task_id)
         self.task_id = task_id
         self.num_envs = int(num_envs)
         self.batch_size = batch_size
@@ -165,7 +166,9 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
                 f"{sorted(set(spec_config._fields) - {'num_envs', 'batch_size', 'seed'})}."
             )
         self._make_options = options
-        self._seed = 0 if seed is None else int(seed)
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % 2**31)
+        self._seed = int(seed)
         self.pool = self._make_pool(self._seed)
         #: Whether the pool has been reset or stepped since it was made with ``_seed``.
         self._used = False
@@ -327,6 +330,4 @@ def envpool_from_config(
     ``return_infos``."""
     options = dict(env_config)
     return_infos = bool(options.pop("return_infos", False))
-    return EnvPoolVectorEnv(
-        envpool_task_id(env), num_envs, seed=seed, return_infos=return_infos, **options
-    )
+    return EnvPoolVectorEnv(env, num_envs, seed=seed, return_infos=return_infos, **options)
