@@ -5,6 +5,7 @@ value, what was expected and, where there is one, the fix::
 
     EnvRunnersError                  base of everything below
     ├── ConfigError(ValueError)      a config key, type or value is wrong
+    │   ├── EnvPoolNotInstalledError(ImportError) the EnvPool backend without envpool
     │   ├── FrozenConfigError(AttributeError) a frozen config was modified
     │   ├── UnknownOptionError(TypeError) an unknown keyword to a builder method
     │   └── NoAlgorithmClassError(TypeError) build_algo() on a config without an algorithm
@@ -53,6 +54,7 @@ __all__ = [
     "ConnectorError",
     "DeprecatedAPIError",
     "EnvCreatorError",
+    "EnvPoolNotInstalledError",
     "EnvError",
     "EnvRunnerError",
     "EnvRunnersError",
@@ -324,4 +326,15 @@ class NoAlgorithmClassError(ConfigError, TypeError):
 
     A ``TypeError`` as in RLlib (which calls its ``algo_class`` of None and fails with
     "'NoneType' object is not callable"); a ``ConfigError`` with a message naming the fix.
+    """
+
+
+# -- EnvPool backend (env/vector/envpool_vector_env.py, session 7) --------------------------
+
+
+class EnvPoolNotInstalledError(ConfigError, ImportError):
+    """The EnvPool backend was asked for but ``envpool`` is not installed (names the extra).
+
+    A ``ConfigError`` (the config chose a backend this install lacks) and an
+    ``ImportError`` (what a missing optional package raises in RLlib).
     """
