@@ -57,6 +57,11 @@ def run_cli(
     )
 
 
+def run_settings(run_dir: Path) -> dict:
+    """The settings a train run wrote beside its checkpoint (``run.json``)."""
+    return json.loads((run_dir / "run.json").read_text())
+
+
 def read_csv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -84,9 +89,11 @@ def test_train_writes_csv_png_and_checkpoint(trained):
     png = (trained / "learning_curve.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
     state, meta = load_state(trained / "checkpoint")  # plain JSON + npz, no pickle
-    assert meta["format"] == "envrunners-train-checkpoint" and meta["env"] == "CartPole-v1"
-    assert state["progress"]["iteration"] == len(rows)
-    assert state["progress"]["env_steps"] == steps[-1]
+    # Algorithm.save_to_path's format; the run's settings sit beside it in run.json.
+    assert meta["format"] == "envrunners-algorithm-checkpoint"
+    assert meta["config"]["env"] == "CartPole-v1" == run_settings(trained)["env"]
+    assert state["progress"]["training_iteration"] == len(rows)
+    assert state["progress"]["num_env_steps_sampled_lifetime"] == steps[-1]
     assert state["learner"]["weights_seq_no"] == len(rows)
     assert any(k.startswith("vf") for k in state["learner"]["rl_module"])  # full learner module
     assert "exp_avg" in state["learner"]["optimizer"]
@@ -108,9 +115,9 @@ def test_resume_continues_step_count(trained, tmp_path):
     assert int(new[0]["iteration"]) == int(before[-1]["iteration"]) + 1
     assert int(new[0]["env_steps"]) > int(before[-1]["env_steps"])
     state, _ = load_state(run / "checkpoint")
-    assert state["progress"]["env_steps"] == int(rows[-1]["env_steps"]) >= 1000
+    assert state["progress"]["num_env_steps_sampled_lifetime"] == int(rows[-1]["env_steps"]) >= 1000
     assert state["learner"]["weights_seq_no"] == old_state["learner"]["weights_seq_no"] + len(new)
-    assert state["run"]["num_envs_per_env_runner"] == 4  # settings came from the checkpoint
+    assert run_settings(run)["num_envs_per_env_runner"] == 4  # settings came from the run
 
 
 def test_pg_trains_in_process(tmp_path):
@@ -183,7 +190,7 @@ def test_ctrl_c_with_embedded_ray_keeps_checkpoint_and_stops_everything(tmp_path
     assert "Traceback" not in stderr
     state, _ = load_state(out / "checkpoint")
     rows = read_csv(out / "metrics.csv")
-    assert state["progress"]["iteration"] == len(rows) >= 1  # last finished iteration kept
+    assert state["progress"]["training_iteration"] == len(rows) >= 1  # last finished iteration kept
     assert (out / "learning_curve.png").is_file()
     deadline = time.monotonic() + 20
     while _marked_processes(marker) and time.monotonic() < deadline:
@@ -291,6 +298,7 @@ def test_resume_needs_a_checkpoint(capsys, tmp_path):
     assert code == 2 and "no envrunners train checkpoint there" in err
     code, _, err = _main(capsys, "sample", "--env", "CartPole-v1", "--checkpoint", str(tmp_path))
     assert code == 2 and "no envrunners train checkpoint" in err
+    assert "--checkpoint" in err and "--resume" not in err
 
 
 def test_resume_refuses_a_different_env(capsys, trained):

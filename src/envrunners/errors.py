@@ -6,7 +6,8 @@ value, what was expected and, where there is one, the fix::
     EnvRunnersError                  base of everything below
     ├── ConfigError(ValueError)      a config key, type or value is wrong
     │   ├── FrozenConfigError(AttributeError) a frozen config was modified
-    │   └── UnknownOptionError(TypeError) an unknown keyword to a builder method
+    │   ├── UnknownOptionError(TypeError) an unknown keyword to a builder method
+    │   └── UnknownLoggerError       an experiment-tracking logger name that does not exist
     ├── CliError                     bad command-line input (exit code 2) or a failed command
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
     │   └── UnknownEnvError(EnvError) an env id that cannot be found or created
@@ -29,7 +30,9 @@ value, what was expected and, where there is one, the fix::
     ├── ConnectorError(ValueError)   a connector returned no batch or lacks what it reads
     ├── EnvError(ValueError)         an env is not valid (``ray.rllib.utils.error``)
     ├── UnsupportedSpaceException    an observation or action space is not supported
-    └── NotSerializable              an object cannot be serialized
+    ├── NotSerializable              an object cannot be serialized
+    └── LoggerPackageMissingError(ImportError) a logger's package (tensorboard, wandb, mlflow)
+                                     is not installed
 
     StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
                                      silent recreate (``ray.rllib.env.env_errors``)
@@ -50,6 +53,7 @@ __all__ = [
     "CompressionError",
     "ConfigError",
     "ConnectorError",
+    "LoggerPackageMissingError",
     "DeprecatedAPIError",
     "EnvCreatorError",
     "EnvError",
@@ -67,6 +71,7 @@ __all__ = [
     "SubEnvError",
     "UnencodableValueError",
     "UnknownEnvError",
+    "UnknownLoggerError",
     "UnknownOptionError",
     "UnknownPolicyError",
     "UnknownPolicyToRemoveError",
@@ -312,3 +317,12 @@ class UnknownEnvError(EnvCreatorError, EnvError):
     An ``EnvError`` and ``ValueError`` (what RLlib's ``Algorithm`` raises for an invalid
     env descriptor), and still an ``EnvCreatorError`` for code written against envrunners.
     """
+
+
+# -- experiment tracking (envrunners.callbacks.loggers) --------------------------------
+class UnknownLoggerError(ConfigError):
+    """A logger name (``--logger``, ``make_loggers``) that is not one of the loggers."""
+
+
+class LoggerPackageMissingError(EnvRunnersError, ImportError):
+    """A logger whose package is not installed; the message names the extra to install."""
