@@ -69,10 +69,13 @@ def test_resume_keeps_the_lstm_settings(tmp_path):
 def test_resume_refuses_another_network(capsys, tmp_path):
     out = _fake_run(tmp_path, use_lstm=True, lstm_cell_size=16)
     code, _, err = _main(capsys, "train", "--resume", str(out), "--lstm-cell-size", "32")
-    assert code == 2 and "lstm_cell_size=32 differs from the resumed run's lstm_cell_size=16" in err
+    assert (
+        code == 2
+        and "--lstm-cell-size 32 differs from the resumed run's --lstm-cell-size 16" in err
+    )
     plain = _fake_run(tmp_path / "p", use_lstm=False)
     code, _, err = _main(capsys, "train", "--resume", str(plain), "--use-lstm")
-    assert code == 2 and "use_lstm=True differs from the resumed run's use_lstm=False" in err
+    assert code == 2 and "--use-lstm differs from the resumed run's no --use-lstm" in err
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "x"])

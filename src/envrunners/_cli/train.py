@@ -176,12 +176,12 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
         if run.get(key) is None:
             run[key] = value
     if saved is not None:  # the checkpoint's weights only fit the network they came from
-        for key in ("use_lstm", "lstm_cell_size"):
+        for key in ("use_lstm", "lstm_cell_size", "hidden"):
             before = saved["run"].get(key, DEFAULTS[key])
-            if run[key] != before and (key == "use_lstm" or run["use_lstm"]):
+            if run[key] != before and (key != "lstm_cell_size" or run["use_lstm"]):
                 raise CliError(
-                    f"{key}={run[key]!r} differs from the resumed run's {key}={before!r} "
-                    "(its weights fit that network only)"
+                    f"{_as_flag(key, run[key])} differs from the resumed run's "
+                    f"{_as_flag(key, before)} (its weights fit that network only)"
                 )
     if atari_env.is_atari_id(run["env"]):
         atari_env.ensure_ale()
@@ -202,6 +202,16 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
         )
     out = input_checks.prepare_output_dir(out, "--out directory")
     return run, saved, out
+
+
+def _as_flag(key: str, value: Any) -> str:
+    """A setting as the flag that gives it (``--hidden 64,64``, ``no --use-lstm``)."""
+    flag = "--" + key.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else f"no {flag}"
+    if isinstance(value, list):
+        return f"{flag} {','.join(str(v) for v in value)}"
+    return f"{flag} {value}"
 
 
 def _algo_config_class(algo: str) -> type:
@@ -275,13 +285,16 @@ def model_config(run: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------- the command
 def run_train(args: argparse.Namespace) -> int:
     """Entry point of ``envrunners train``; returns the exit code."""
+    logger_names = _logger_names(args.logger)  # before anything is created
     run, saved, out = _settings(args)
     config = build_config(run)
     try:
         config.validate()
     except ValueError as err:
         raise CliError(config_file.one_line(err)) from None
-    loggers = _loggers(args.logger, out)
+    from envrunners.callbacks.loggers import make_loggers
+
+    loggers = make_loggers(logger_names, out)
     save_run_settings(out, run)
     trainer = Trainer(
         run, config, out, saved, debug=bool(getattr(args, "debug", False)), loggers=loggers
@@ -289,28 +302,28 @@ def run_train(args: argparse.Namespace) -> int:
     return trainer.main(live=False if args.no_progress else None)
 
 
-def _loggers(flags: list[str] | None, out: Path) -> list[Any]:
-    """The ``--logger`` loggers writing into ``out`` (default: TensorBoard when installed)."""
-    from envrunners.callbacks.loggers import LOGGERS, logger_available, make_loggers
-    from envrunners.errors import LoggerPackageMissingError, UnknownLoggerError
+def _logger_names(flags: list[str] | None) -> list[str]:
+    """The ``--logger`` names, checked (default: TensorBoard when it is installed)."""
+    from envrunners.callbacks.loggers import LOGGERS, logger_available, require_package
+    from envrunners.errors import LoggerPackageMissingError
 
     if flags is None:
-        names = [n for n in DEFAULT_LOGGERS if logger_available(n)]
-    else:
-        names = [n.strip() for flag in flags for n in flag.split(",") if n.strip()]
-        if "none" in names:
-            if names != ["none"]:
-                raise CliError("argument --logger: 'none' cannot be combined with other loggers")
-            names = []
-    try:
-        return make_loggers(names, out)
-    except UnknownLoggerError as err:
-        bad = next(n for n in names if n not in LOGGERS)
-        close = difflib.get_close_matches(bad, [*LOGGERS, "none"], n=1, cutoff=0.5)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise CliError(
-            f"argument --logger: unknown logger {bad!r}{hint} "
-            f"(expected csv, tensorboard, wandb, mlflow or none)"
-        ) from err
-    except LoggerPackageMissingError as err:
-        raise CliError(f"argument --logger: {err}") from None
+        return [n for n in DEFAULT_LOGGERS if logger_available(n)]
+    names = list(dict.fromkeys(n.strip() for flag in flags for n in flag.split(",") if n.strip()))
+    if "none" in names:
+        if names != ["none"]:
+            raise CliError("argument --logger: 'none' cannot be combined with other loggers")
+        return []
+    for name in names:
+        if name not in LOGGERS:
+            close = difflib.get_close_matches(name, [*LOGGERS, "none"], n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise CliError(
+                f"argument --logger: unknown logger {name!r}{hint} "
+                "(expected csv, tensorboard, wandb, mlflow or none)"
+            )
+        try:
+            require_package(name)
+        except LoggerPackageMissingError as err:
+            raise CliError(f"argument --logger: {err}") from None
+    return names

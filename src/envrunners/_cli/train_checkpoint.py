@@ -69,9 +69,14 @@ def load_checkpoint(path: Path, flag: str = "--resume") -> dict[str, Any]:
         ckpt, run_dir = path, path.parent
     try:
         state, meta = load_state(ckpt)
-    except (EnvRunnersError, OSError, ValueError) as err:
+    except EnvRunnersError as err:  # no state.json: not a checkpoint directory
         raise CliError(
             f"{flag} {str(path)!r}: no envrunners train checkpoint there ({err})"
+        ) from None
+    except Exception as err:  # bad JSON, a truncated npz, no permission
+        raise CliError(
+            f"{flag} {str(path)!r}: cannot read the checkpoint in {ckpt}: a file is damaged "
+            f"or unreadable ({type(err).__name__})"
         ) from None
     if meta.get("format") == _OLD_CLI_FORMAT:
         raise CliError(

@@ -54,8 +54,8 @@ _NOT_METRICS = frozenset(
 def flatten_result(result: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
     """Flatten a nested result dict into ``{"a/b/c": value}`` (``config`` and host facts left out).
 
-    Numbers (numpy scalars included) become floats; strings stay; lists, None and
-    other objects are left out.
+    Numbers stay numbers (numpy scalars become Python ones, bools 0/1); strings stay;
+    lists, None and other objects are left out.
     """
     flat: dict[str, Any] = {}
 
@@ -64,9 +64,11 @@ def flatten_result(result: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
             for key, sub in value.items():
                 walk(f"{prefix}{sep}{key}" if prefix else str(key), sub)
         elif isinstance(value, bool):
-            flat[prefix] = float(value)
-        elif isinstance(value, int | float) or hasattr(value, "dtype") and value.shape == ():
-            flat[prefix] = float(value)
+            flat[prefix] = int(value)
+        elif isinstance(value, int | float):
+            flat[prefix] = value
+        elif hasattr(value, "dtype") and getattr(value, "shape", None) == ():  # numpy scalar
+            flat[prefix] = value.item()
         elif isinstance(value, str):
             flat[prefix] = value
 
@@ -77,7 +79,7 @@ def flatten_result(result: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
 
 
 def _numbers(flat: Mapping[str, Any]) -> dict[str, float]:
-    return {k: v for k, v in flat.items() if isinstance(v, float)}
+    return {k: float(v) for k, v in flat.items() if isinstance(v, int | float)}
 
 
 def _step(result: Mapping[str, Any]) -> int:
