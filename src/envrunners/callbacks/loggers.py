@@ -263,6 +263,10 @@ class WandbLogger(ResultLogger):
 class MLflowLogger(ResultLogger):
     """An MLflow run in a local file store (``file://<logdir>/mlruns``) or ``tracking_uri``.
 
+    The default file store sets ``MLFLOW_ALLOW_FILE_STORE=true`` for the process
+    (MLflow 3 asks for that opt-in) unless it is set already; pass
+    ``tracking_uri="sqlite:///<path>/mlflow.db"`` for MLflow's database store.
+
     Args:
         logdir: Directory of the default file store.
         tracking_uri: Where to log (default: the local file store under ``logdir``).
@@ -294,7 +298,12 @@ class MLflowLogger(ResultLogger):
     def _open(self, result: Mapping[str, Any]) -> None:
         from mlflow.tracking import MlflowClient
 
-        uri = self.tracking_uri or (self.logdir / "mlruns").resolve().as_uri()
+        uri = self.tracking_uri
+        if uri is None:
+            uri = (self.logdir / "mlruns").resolve().as_uri()
+            # MLflow 3 refuses its file store unless asked; asking is what this default means
+            # (an explicit MLFLOW_ALLOW_FILE_STORE=false still wins).
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self._client = MlflowClient(tracking_uri=uri)
         found = self._client.get_experiment_by_name(self.experiment_name)
         experiment = (
