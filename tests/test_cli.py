@@ -305,7 +305,6 @@ def _main(capsys, *argv: str) -> tuple[int, str, str]:
             "unknown logger 'tensorbord'; did you mean tensorboard?",
         ),
         (["train", "--env", "CartPole-v1", "--logger", "csv,none"], "'none' cannot be combined"),
-        (["sample", "--env", "ALE/Pong-v5", "--multi-agent"], "--env ale_py:ALE/Pong-v5"),
         (["train", "--env", "CartPole-v1", "--config", "/no/such.yaml"], "no such file"),
     ],
 )
@@ -434,6 +433,16 @@ def test_debug_shows_the_traceback(capsys):
     assert code == 2 and "Traceback" in err and "did you mean 'CartPole-v1'" in err
 
 
+def test_unregistered_ale_id_names_the_module_form():
+    """A fresh process (ale_py not imported yet): ``ALE/...`` is not a gymnasium id there."""
+    proc = run_cli("sample", "--env", "ALE/Pong-v5", "--multi-agent")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "envrunners sample: error: unknown env 'ALE/Pong-v5': ALE ids are registered by the "
+        "ale_py package; --env ale_py:ALE/Pong-v5 imports it first (pip install ale-py)"
+    ]
+
+
 def test_console_script_bad_env_exit_code():
     proc = run_cli("train", "--env", "CartPol-v1")
     assert proc.returncode == 2
@@ -492,6 +501,17 @@ def test_offline_subcommands_are_mounted(capsys, tmp_path):
     code, out, err = _main(capsys, "offline", "info", str(tmp_path))
     assert code == 0, err
     assert "SampleBatch=1" in out
+
+
+def test_corrupt_offline_file_speaks_in_flags(capsys, tmp_path):
+    """The reader's ``skip_corrupt=True`` hint reaches the user as ``--skip-corrupt``."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "SampleBatch", "obs": 3\n')
+    code, _, err = _main(capsys, "offline", "convert", str(bad), "--to", "json",
+                         "--out", str(tmp_path / "out"))  # fmt: skip
+    _one_line_usage_error(code, err)
+    assert "corrupt record" in err and "Pass --skip-corrupt to skip" in err
+    assert "skip_corrupt" not in err
 
 
 def test_help_lists_the_commands(capsys):

@@ -6,9 +6,11 @@ one machine. ``envrunners train --env CartPole-v1`` trains PPO on an
 starts and stops) with a live progress bar, and writes ``metrics.csv``, a
 learning-curve PNG and a resumable checkpoint.
 
-Error policy: bad input (unknown env id, invalid numbers, an unwritable output
-directory, a missing checkpoint) is one line on stderr and exit code 2; any other
-failure is one line and exit code 1; Ctrl-C exits with 130 after a clean stop.
+Error policy: bad input (unknown env id, an unknown flag, invalid numbers, a bad
+``--config`` key, an unwritable output directory, a missing or damaged checkpoint,
+a corrupt offline file) is one line on stderr and exit code 2, in the CLI's
+spellings (flags, not Python keywords); any other failure is one line and exit
+code 1; Ctrl-C exits with 130 after a clean stop.
 ``--debug`` shows tracebacks and Ray's own logs.
 
 Examples::
@@ -135,12 +137,18 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except Exception as err:
-        from envrunners.errors import ConfigError, EnvCreatorError, EnvRunnersError
+        from envrunners.errors import (
+            ConfigError,
+            EnvCreatorError,
+            EnvRunnersError,
+            OfflineDataError,
+        )
 
         if debug:
             traceback.print_exc()
         ours = isinstance(err, EnvRunnersError)  # designed messages: no type name, no hint
-        code = EXIT_USAGE if isinstance(err, ConfigError | EnvCreatorError) else 1
+        bad_input = isinstance(err, ConfigError | EnvCreatorError | OfflineDataError)
+        code = EXIT_USAGE if bad_input else 1
         kind = "" if ours else f"{type(err).__name__}: "
         hint = "" if debug or ours else " (run with --debug for the traceback)"
         line = cli_spelling(_one_line(err), args)

@@ -56,6 +56,7 @@ RESUMABLE_KEYS = tuple(k for k in DEFAULTS if k not in ("stop_reward", "stop_tim
 )
 #: Run settings -> the config fields they set (a ``--config`` file may set them too).
 _CONFIG_FIELDS = {
+    "env": "env",
     "num_env_runners": "num_env_runners",
     "num_envs_per_env_runner": "num_envs_per_env_runner",
     "train_batch_size": "train_batch_size",
