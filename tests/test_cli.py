@@ -370,6 +370,9 @@ def test_bad_checkpoints_are_one_line_errors(capsys, tmp_path, trained):
     code, _, err = _main(capsys, "train", "--resume", str(broken), "--hidden", "32")
     _one_line_usage_error(code, err)
     assert "--hidden 32 differs from the resumed run's --hidden 64,64" in err
+    code, _, err = _main(capsys, "train", "--resume", str(broken), "--algo", "pg")
+    _one_line_usage_error(code, err)
+    assert "--algo pg differs from the resumed run's --algo ppo" in err
 
 
 def _config_settings(tmp_path: Path, name: str, text: str, *flags: str):

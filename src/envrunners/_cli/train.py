@@ -177,7 +177,7 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
         if run.get(key) is None:
             run[key] = value
     if saved is not None:  # the checkpoint's weights only fit the network they came from
-        for key in ("use_lstm", "lstm_cell_size", "hidden"):
+        for key in ("algo", "use_lstm", "lstm_cell_size", "hidden"):
             before = saved["run"].get(key, DEFAULTS[key])
             if run[key] != before and (key != "lstm_cell_size" or run["use_lstm"]):
                 raise CliError(
