@@ -34,7 +34,7 @@ def algo_and_result():
         .environment("CartPole-v1")
         .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=64)
         .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
-        .rl_module(model_config={"fcnet_hiddens": [16]})
+        .rl_module(model_config={"fcnet_hiddens": [16], "head_fcnet_hiddens": [8]})
         .callbacks(LoggerCallback)  # runners build it with no arguments; it stays idle there
         .debugging(seed=0)
     )

@@ -272,7 +272,10 @@ def build_config(run: dict[str, Any]) -> Any:
 
 def model_config(run: dict[str, Any]) -> dict[str, Any]:
     """The default module's ``model_config`` of a run's settings (also ``sample``'s, for a
-    checkpoint): ``fcnet_hiddens``, and the LSTM's keys when ``use_lstm``."""
+    checkpoint): ``fcnet_hiddens``, and the LSTM's keys when ``use_lstm``; an
+    ``Algorithm`` checkpoint's own ``model_config`` when it came from the API."""
+    if isinstance(run.get("model_config"), dict):
+        return dict(run["model_config"])
     config: dict[str, Any] = {"fcnet_hiddens": list(run.get("hidden", DEFAULTS["hidden"]))}
     if run.get("use_lstm"):
         config.update(

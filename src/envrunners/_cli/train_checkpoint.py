@@ -107,7 +107,10 @@ def _settings_from_config(meta: dict[str, Any]) -> dict[str, Any]:
     """The CLI settings an ``Algorithm`` checkpoint's saved config implies."""
     config = meta.get("config") or {}
     model = config.get("model_config") or {}
-    run: dict[str, Any] = {"algo": "pg" if ":PG" in str(meta.get("algo_class")) else "ppo"}
+    run: dict[str, Any] = {
+        "algo": "pg" if ":PG" in str(meta.get("algo_class")) else "ppo",
+        "model_config": dict(model),  # the whole network description, defaults left out
+    }
     if isinstance(config.get("env"), str):
         run["env"] = config["env"]
     if "observation_filter" in config:
