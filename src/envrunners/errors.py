@@ -8,7 +8,8 @@ value, what was expected and, where there is one, the fix::
     │   ├── EnvPoolNotInstalledError(ImportError) the EnvPool backend without envpool
     │   ├── FrozenConfigError(AttributeError) a frozen config was modified
     │   ├── UnknownOptionError(TypeError) an unknown keyword to a builder method
-    │   └── NoAlgorithmClassError(TypeError) build_algo() on a config without an algorithm
+    │   ├── NoAlgorithmClassError(TypeError) build_algo() on a config without an algorithm
+    │   └── UnknownLoggerError       an experiment-tracking logger name that does not exist
     ├── CliError                     bad command-line input (exit code 2) or a failed command
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
     │   └── UnknownEnvError(EnvError) an env id that cannot be found or created
@@ -31,7 +32,9 @@ value, what was expected and, where there is one, the fix::
     ├── ConnectorError(ValueError)   a connector returned no batch or lacks what it reads
     ├── EnvError(ValueError)         an env is not valid (``ray.rllib.utils.error``)
     ├── UnsupportedSpaceException    an observation or action space is not supported
-    └── NotSerializable              an object cannot be serialized
+    ├── NotSerializable              an object cannot be serialized
+    └── LoggerPackageMissingError(ImportError) a logger's package (tensorboard, wandb, mlflow)
+                                     is not installed
 
     StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
                                      silent recreate (``ray.rllib.env.env_errors``)
@@ -52,6 +55,7 @@ __all__ = [
     "CompressionError",
     "ConfigError",
     "ConnectorError",
+    "LoggerPackageMissingError",
     "DeprecatedAPIError",
     "EnvCreatorError",
     "EnvPoolNotInstalledError",
@@ -71,6 +75,7 @@ __all__ = [
     "SubEnvError",
     "UnencodableValueError",
     "UnknownEnvError",
+    "UnknownLoggerError",
     "UnknownOptionError",
     "UnknownPolicyError",
     "UnknownPolicyToRemoveError",
@@ -338,3 +343,14 @@ class EnvPoolNotInstalledError(ConfigError, ImportError):
     A ``ConfigError`` (the config chose a backend this install lacks) and an
     ``ImportError`` (what a missing optional package raises in RLlib).
     """
+
+
+# -- experiment tracking (envrunners.callbacks.loggers) --------------------------------
+
+
+class UnknownLoggerError(ConfigError):
+    """A logger name (``--logger``, ``make_loggers``) that is not one of the loggers."""
+
+
+class LoggerPackageMissingError(EnvRunnersError, ImportError):
+    """A logger whose package is not installed; the message names the extra to install."""

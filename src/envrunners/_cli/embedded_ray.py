@@ -58,6 +58,7 @@ def embedded_ray(num_cpus_needed: float, *, debug: bool = False) -> Iterator[boo
                 ray.init(address=address, logging_level=level, log_to_driver=debug)
             else:
                 ray.init(
+                    address="local",  # a new Ray even where `ray start` left one running
                     num_cpus=max(2, os.cpu_count() or 2, math.ceil(num_cpus_needed)),
                     include_dashboard=False,
                     logging_level=level,
