@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from envrunners._cli import arguments, atari_env, input_checks
+from envrunners._cli import arguments, atari_env, input_checks, presets
 from envrunners._cli.train_checkpoint import load_checkpoint
 from envrunners._cli.trainer import Trainer
 from envrunners.errors import CliError
@@ -129,6 +129,8 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
             )
     elif not args.env:
         raise CliError("the following arguments are required: --env (or --resume DIR)")
+    if saved is None:  # the env's tuned settings (_cli/presets.py); flags still win
+        run.update(presets.train_settings(args.env, args.algo or DEFAULTS["algo"]))
     for key in (*DEFAULTS, "env"):
         value = getattr(args, key, None)
         if value is not None:
@@ -194,6 +196,7 @@ def build_config(run: dict[str, Any]) -> Any:
             entropy_coeff=0.0,
             use_kl_loss=False,
         )
+        .training(**presets.training_settings(run))
         .rl_module(model_config=model_config(run))
         .fault_tolerance(restart_failed_env_runners=True)
         .debugging(seed=run["seed"])
@@ -210,6 +213,7 @@ def model_config(run: dict[str, Any]) -> dict[str, Any]:
             lstm_cell_size=int(run.get("lstm_cell_size", DEFAULTS["lstm_cell_size"])),
             max_seq_len=int(run.get("max_seq_len", DEFAULTS["max_seq_len"])),
         )
+    config.update(presets.model_settings(run))
     return config
 
 
@@ -217,6 +221,8 @@ def model_config(run: dict[str, Any]) -> dict[str, Any]:
 def run_train(args: argparse.Namespace) -> int:
     """Entry point of ``envrunners train``; returns the exit code."""
     run, saved, out = _settings(args)
+    if note := presets.start_note(run):
+        print(note, flush=True)
     config = build_config(run)
     try:
         config.validate()
