@@ -121,6 +121,11 @@ def test_bad_checkpoints_are_one_line_errors(checkpoint, tmp_path, capsys):
     save_state(old, state, {"format": "envrunners-train-checkpoint"})
     code, err = _main(capsys, "evaluate", str(old))
     assert code == 2 and "older `envrunners train`" in err
+    runs = tmp_path / "runs"
+    shutil.copytree(checkpoint, runs / "a")
+    shutil.copytree(checkpoint, runs / "b")
+    code, err = _main(capsys, "evaluate", str(runs))
+    assert code == 2 and "several checkpoints in it (a, b); name one" in err
     assert "Traceback" not in err and err.count("\n") == 1
 
 
@@ -160,7 +165,8 @@ def test_train_uses_the_pendulum_preset_and_states_its_budget(tmp_path):
     proc = run_cli("train", "--env", "Pendulum-v1", *TINY, "--stop-timesteps", "300",
                    "--no-progress", "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    first = proc.stdout.splitlines()[0]
+    assert proc.stdout.startswith("Training PPO on Pendulum-v1 until 300 env steps")
+    first = proc.stderr.splitlines()[0]  # the note goes to stderr, before the first line
     assert first.startswith("Tuned PPO settings for Pendulum-v1 from RL Baselines3 Zoo")
     assert "Pendulum-v1 has no reward threshold: the run stops after 300 env steps" in first
     state, _ = load_state(out / "checkpoint")

@@ -99,8 +99,8 @@ def find_checkpoint(path: str | os.PathLike) -> tuple[Path, dict, dict]:
     given = Path(path).expanduser()
     if not given.exists():
         raise CliError(f"checkpoint {str(path)!r}: no such file or directory")
-    ckpt = given / "checkpoint" if (given / "checkpoint").is_dir() else given
-    if not (ckpt / "metadata.json").is_file():
+    ckpt = _checkpoint_dir(given)
+    if ckpt is None:
         raise CliError(
             f"checkpoint {str(path)!r}: not a checkpoint directory (expected metadata.json, "
             "state.json and arrays.npz, as Algorithm.save_to_path writes, or a run directory "
@@ -129,6 +129,24 @@ def find_checkpoint(path: str | os.PathLike) -> tuple[Path, dict, dict]:
             f"(expected {ALGORITHM_FORMAT!r}, written by Algorithm.save_to_path)"
         )
     return ckpt, state, meta
+
+
+def _checkpoint_dir(given: Path) -> Path | None:
+    """``given`` if it holds ``metadata.json``, else its ``checkpoint/`` or its only
+    subdirectory that does (a run directory); None if there is none."""
+    if (given / "metadata.json").is_file():
+        return given
+    if (given / "checkpoint" / "metadata.json").is_file():
+        return given / "checkpoint"
+    found = (
+        sorted(d for d in given.iterdir() if (d / "metadata.json").is_file())
+        if given.is_dir()
+        else []
+    )
+    if len(found) > 1:
+        names = ", ".join(d.name for d in found)
+        raise CliError(f"checkpoint {str(given)!r}: several checkpoints in it ({names}); name one")
+    return found[0] if found else None
 
 
 def _first(err: BaseException) -> str:
@@ -174,20 +192,24 @@ class EvalEnvCreator:
         self.episodes = dict(episodes or {})
 
     def __call__(self, env_config: Any = None) -> Any:
-        import gymnasium as gym
+        from envrunners.env.env_context import EnvContext
+        from envrunners.env.registry import resolve_env_creator
 
-        kwargs = dict(env_config or {})
+        context = (
+            env_config
+            if isinstance(env_config, EnvContext)
+            else EnvContext(dict(env_config or {}), worker_index=0)
+        )
         if self.render_mode is not None:
-            kwargs["render_mode"] = self.render_mode
-        if isinstance(self.env, str):
-            env = gym.make(self.env, **kwargs)
-        else:
-            env = self.env(type(env_config)(kwargs) if env_config is not None else kwargs)
+            context = context.copy_with_overrides(
+                env_config={**context, "render_mode": self.render_mode}
+            )
+        env = resolve_env_creator(self.env, context)()
         if self.video_dir is None:
             return env
         from envrunners._cli.video_recorder import ExactFramesRecordVideo
 
-        index = int(getattr(env_config, "worker_index", 0) or 0)
+        index = int(context.worker_index or 0)
         count = self.episodes.get(index, 0)
         return ExactFramesRecordVideo(
             env,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -221,8 +222,8 @@ def model_config(run: dict[str, Any]) -> dict[str, Any]:
 def run_train(args: argparse.Namespace) -> int:
     """Entry point of ``envrunners train``; returns the exit code."""
     run, saved, out = _settings(args)
-    if note := presets.start_note(run):
-        print(note, flush=True)
+    if note := presets.start_note(run):  # stderr: stdout's first line stays "Training ..."
+        print(note, file=sys.stderr, flush=True)
     config = build_config(run)
     try:
         config.validate()
