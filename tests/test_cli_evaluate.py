@@ -121,6 +121,10 @@ def test_bad_checkpoints_are_one_line_errors(checkpoint, tmp_path, capsys):
     save_state(old, state, {"format": "envrunners-train-checkpoint"})
     code, err = _main(capsys, "evaluate", str(old))
     assert code == 2 and "older `envrunners train`" in err
+    renamed = tmp_path / "renamed"
+    save_state(renamed, state, {**load_state(checkpoint)[1], "algo_class": "nowhere.mod:PPO"})
+    code, err = _main(capsys, "evaluate", str(renamed))
+    assert code == 2 and "algo_class 'nowhere.mod:PPO' cannot be imported" in err
     runs = tmp_path / "runs"
     shutil.copytree(checkpoint, runs / "a")
     shutil.copytree(checkpoint, runs / "b")

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import pkgutil
 import statistics
 import sys
 import time
@@ -149,18 +150,20 @@ def _checkpoint_dir(given: Path) -> Path | None:
     return found[0] if found else None
 
 
+def _resolve(meta: dict, key: str) -> Any:
+    """The class a checkpoint's metadata names under ``key`` (``"module:QualName"``)."""
+    name = str(meta.get(key))
+    try:
+        return pkgutil.resolve_name(name)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise CliError(
+            f"the checkpoint's {key} {name!r} cannot be imported: {_first(err)}"
+        ) from None
+
+
 def _first(err: BaseException) -> str:
     lines = str(err).strip().splitlines()
     return lines[0] if lines else type(err).__name__
-
-
-def _qualified(name: str) -> Any:
-    """``"pkg.module:Class"`` -> the class."""
-    module, _, qualname = name.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 # ---------------------------------------------------------------------- env
@@ -258,7 +261,7 @@ def _eval_config(
     meta: dict, args: argparse.Namespace, video_dir: Path | None, shares: dict[int, int]
 ) -> Any:
     """The checkpoint's config with the evaluation's runners, env and exploration."""
-    config_cls = _qualified(meta["config_class"])
+    config_cls = _resolve(meta, "config_class")
     config = config_cls().update_from_dict(meta["config"])
     if not config.env:
         raise CliError(
@@ -297,7 +300,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     video_dir = _check_outputs(args)
     shares = _episode_shares(args.episodes, args.num_env_runners)
     config = _eval_config(meta, args, video_dir, shares)
-    algo_cls = _qualified(meta["algo_class"])
+    algo_cls = _resolve(meta, "algo_class")
     ray_ctx = (
         embedded_ray(args.num_env_runners + 1, debug=debug)
         if args.num_env_runners > 0
