@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (``train``, ``sample``, ``bench``, ``offline``)."""
     import envrunners
     from envrunners._cli.bench import add_bench_parser
+    from envrunners._cli.evaluate import add_evaluate_parser
     from envrunners._cli.sample import add_sample_parser
     from envrunners._cli.train import add_train_parser
     from envrunners.offline.cli_commands import add_offline_subcommands
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=envrunners.__version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_train_parser(sub, parents)
+    add_evaluate_parser(sub, parents)
     add_sample_parser(sub, parents)
     add_bench_parser(sub, parents)
     add_offline_subcommands(sub)

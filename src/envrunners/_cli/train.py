@@ -15,10 +15,11 @@ import argparse
 import datetime as _dt
 import difflib
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from envrunners._cli import arguments, atari_env, config_file, input_checks
+from envrunners._cli import arguments, atari_env, config_file, input_checks, presets
 from envrunners._cli.train_checkpoint import load_checkpoint, save_run_settings
 from envrunners._cli.trainer import RETURN_WINDOW, Trainer
 from envrunners.errors import CliError
@@ -160,6 +161,8 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
             )
     elif not args.env:
         raise CliError("the following arguments are required: --env (or --resume DIR)")
+    if saved is None:  # the env's tuned settings (_cli/presets.py); flags still win
+        run.update(presets.train_settings(args.env, args.algo or DEFAULTS["algo"]))
     for key in (*DEFAULTS, "env"):
         value = getattr(args, key, None)
         if value is not None:
@@ -260,6 +263,7 @@ def build_config(run: dict[str, Any]) -> Any:
             entropy_coeff=0.0,
             use_kl_loss=False,
         )
+    config = config.training(**presets.training_settings(run))  # tuned per env; flags win
     overrides = dict(run.get("config_overrides") or {})
     if overrides:
         config = config_file.apply(config, overrides, "--config")
@@ -283,6 +287,7 @@ def model_config(run: dict[str, Any]) -> dict[str, Any]:
             lstm_cell_size=int(run.get("lstm_cell_size", DEFAULTS["lstm_cell_size"])),
             max_seq_len=int(run.get("max_seq_len", DEFAULTS["max_seq_len"])),
         )
+    config.update(presets.model_settings(run))
     return config
 
 
@@ -291,6 +296,8 @@ def run_train(args: argparse.Namespace) -> int:
     """Entry point of ``envrunners train``; returns the exit code."""
     logger_names = _logger_names(args.logger)  # before anything is created
     run, saved, out = _settings(args)
+    if note := presets.start_note(run):  # stderr: stdout's first line stays "Training ..."
+        print(note, file=sys.stderr, flush=True)
     config = build_config(run)
     try:
         config.validate()
