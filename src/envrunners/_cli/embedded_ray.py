@@ -42,7 +42,12 @@ def embedded_ray(num_cpus_needed: float, *, debug: bool = False) -> Iterator[boo
     """
     import ray
 
-    from envrunners.env._ray_setup import EMBEDDED_SYSTEM_CONFIG
+    from envrunners.env._ray_setup import (
+        EMBEDDED_SYSTEM_CONFIG,
+        init_local_ray,
+        join_ray,
+        warn_if_auth_disabled,
+    )
 
     if ray.is_initialized():
         yield False
@@ -52,14 +57,14 @@ def embedded_ray(num_cpus_needed: float, *, debug: bool = False) -> Iterator[boo
     if not debug:
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     address = os.environ.get("RAY_ADDRESS")
+    warn_if_auth_disabled()  # before stderr is silenced: this one must be seen
     try:
         with quiet:
             if address:
-                ray.init(address=address, logging_level=level, log_to_driver=debug)
+                join_ray(address, logging_level=level, log_to_driver=debug)
             else:
-                ray.init(
-                    num_cpus=max(2, os.cpu_count() or 2, math.ceil(num_cpus_needed)),
-                    include_dashboard=False,
+                init_local_ray(
+                    max(2, os.cpu_count() or 2, math.ceil(num_cpus_needed)),
                     logging_level=level,
                     log_to_driver=debug,
                     _system_config=dict(EMBEDDED_SYSTEM_CONFIG),
