@@ -2,7 +2,9 @@
 
 The cluster is started with ``ray start`` (a head and a second node joining it
 over loopback, token auth on with a token made for the test) and joined through
-``RAY_ADDRESS``, as a user joins a cluster. All of it runs in a subprocess (this
+``RAY_ADDRESS`` the way a CLI command joins it (``embedded_ray``): Ray's lines stay
+off stdout, and ``cluster_summary`` names the cluster, its nodes and the runners
+lost and replaced. All of it runs in a subprocess (this
 file run as a script), so the suite's session Ray is never touched, and every
 process of the two nodes is SIGKILLed at the end.
 """
@@ -52,6 +54,7 @@ def _drive() -> dict:
     os.environ["RAY_AUTH_MODE"] = "token"  # joining a token cluster: the user's own setting
     import ray
 
+    from envrunners._cli.embedded_ray import cluster_summary, embedded_ray
     from envrunners.algorithms.ppo import PPOConfig
     from envrunners.env._local_ray_node import NODE_LOSS_DETECTION, LocalRayNode
     from envrunners.env.env_runner_group import EnvRunnerGroup
@@ -63,11 +66,14 @@ def _drive() -> dict:
     report["t_head"] = round(time.monotonic() - t0, 1)
     second = None
     group = None
+    joined = None
     try:
         second = LocalRayNode(head.address, num_cpus=1, resources={"second_node": 1}, env=auth)
         second.start()
         report["t_second"] = round(time.monotonic() - t0, 1)
         os.environ["RAY_ADDRESS"] = head.address
+        joined = embedded_ray(0)
+        report["joined"] = joined.__enter__()
         config = (
             PPOConfig()
             .environment("CartPole-v1")
@@ -89,6 +95,7 @@ def _drive() -> dict:
         report["runner_nodes"] = len(set(placement.values()))
         report["runner_on_second"] = [i for i, n in placement.items() if n == second_id]
         report["before"] = _steps_per_runner(group)
+        report["summary_before"] = cluster_summary()
 
         start = time.monotonic()
         second.kill()
@@ -106,11 +113,16 @@ def _drive() -> dict:
         report["alive_nodes_after"] = sum(1 for n in ray.nodes() if n["Alive"])
         report["runner_nodes_after"] = sorted(set(_node_of_each_runner(group).values()))
         report["second_id"] = second_id
+        lost = report["runner_on_second"]
+        report["summary_after"] = cluster_summary(lost_runners=lost, replaced_runners=lost)
         report["t_done"] = round(time.monotonic() - t0, 1)
     finally:
         if group is not None:
             group.stop()
-        ray.shutdown()
+        if joined is not None:
+            joined.__exit__(None, None, None)
+        report["summary_outside"] = cluster_summary()
+        report["ray_up_after"] = ray.is_initialized()
         if second is not None:
             second.stop()
         head.stop()
@@ -144,6 +156,19 @@ def test_second_node_killed_group_goes_on():
     assert report["alive_nodes_after"] == 1, report
     assert report["second_id"] not in report["runner_nodes_after"], report
     assert report["leftover_pids"] == [], report
+    assert report["joined"] is True and report["ray_up_after"] is False, report
+    address = report["summary_before"].split(":", 2)
+    assert report["summary_before"].startswith("Ray cluster 127.0.0.1:"), report
+    assert report["summary_before"].endswith(": 2 of 2 nodes alive"), report
+    on_second = report["runner_on_second"][0]
+    assert report["summary_after"] == (
+        f"{address[0]}:{address[1]}: 1 of 2 nodes alive; "
+        f"runners lost: {on_second}; replaced: {on_second}"
+    ), report
+    assert report["summary_outside"] is None, report
+    # Ray's own lines (worker/raylet died, logs of the node's processes) stay off stdout.
+    ray_lines = [line for line in proc.stdout.splitlines()[:-1] if line.strip()]
+    assert ray_lines == [], ray_lines[:20]
 
 
 if __name__ == "__main__":
