@@ -13,7 +13,8 @@ seeded schedule:
 - ``sigkill``: every ``--kill-every-s`` (jittered) a random runner's process gets
   SIGKILL (never the hung runner while it hangs);
 - env errors: every env step raises with ``--env-error-p`` (0.5 %);
-- ``hang``: at 25 % of the run one runner's env blocks in ``step()`` for good;
+- ``hang``: at 25 % of the run one runner's env (a runner on the head node)
+  blocks in ``step()`` for good;
 - ``node``: at 50 % of the run every process of the extra node gets SIGKILL.
 
 Measured per ``train()``: env steps the learner trained on against
@@ -67,7 +68,7 @@ def _register_by_value() -> None:
 
 def chaos_cartpole(env_config: dict) -> Any:
     """CartPole-v1 whose ``step`` raises with probability ``p_error`` and, once the
-    ``hang_flag`` file appears, blocks for good in the one env that claims it."""
+    ``hang_flag`` file names this runner, blocks for good in the env that claims it."""
     import gymnasium as gym
 
     class ChaosCartPole(gym.Wrapper):
@@ -79,18 +80,22 @@ def chaos_cartpole(env_config: dict) -> Any:
             self._rng = random.Random()
             self._n = 0
 
+        def _claims_hang(self) -> bool:
+            """The flag names the runner that hangs; its first env to see it claims it."""
+            try:
+                with open(self._flag) as f:
+                    if f.read().strip() != str(self._index):
+                        return False
+                os.remove(self._flag)  # only one env wins the claim
+            except OSError:
+                return False
+            return True
+
         def step(self, action: Any) -> Any:
             self._n += 1
-            if self._n % 64 == 0 and os.path.exists(self._flag):
-                try:
-                    os.remove(self._flag)  # only one env wins the claim
-                except FileNotFoundError:
-                    pass
-                else:
-                    with open(self._flag + ".runner", "w") as f:
-                        f.write(str(self._index))
-                    while True:
-                        time.sleep(3600)
+            if self._n % 64 == 0 and os.path.exists(self._flag) and self._claims_hang():
+                while True:
+                    time.sleep(3600)
             if self._rng.random() < self._p:
                 raise RuntimeError("chaos: injected env error")
             return self.env.step(action)
@@ -211,6 +216,8 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
         algo = _config(p_error, flag).build_algo()
         group = algo.env_runner_group
         extra_node = [n["NodeID"] for n in ray.nodes() if n["Alive"] and not _is_head(n)]
+        placement = group.foreach_env_runner(_node_id, local_env_runner=False, timeout_seconds=30)
+        on_head = sorted(i for i, n in placement if n not in extra_node)
         start = time.monotonic()
         end = start + minutes * 60.0
         hang_at, node_at = start + 0.25 * (end - start), start + 0.5 * (end - start)
@@ -221,10 +228,11 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
             now = time.monotonic()
             restarts = group.num_remote_worker_restarts()
             if hung is None and now >= hang_at:
-                Path(flag).touch()
-                hung = Fault("hang", now, restarts, None)
+                hang_runner = rng.choice(on_head or group.healthy_env_runner_ids())
+                Path(flag).write_text(str(hang_runner))
+                hung = Fault("hang", now, restarts, hang_runner)
                 faults.append(hung)
-                _log(start, "hang armed")
+                _log(start, f"runner {hang_runner} set to hang")
             if now >= node_at and node is not None:
                 placement = group.foreach_env_runner(
                     _node_id, local_env_runner=False, timeout_seconds=5.0
@@ -267,8 +275,6 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
                 counts["short"] += 1
             elif steps > MAX_BATCH:
                 counts["over_long"] += 1
-            if hung is not None and hung.runner is None and os.path.exists(flag + ".runner"):
-                hung.runner = int(Path(flag + ".runner").read_text() or -1)
             healthy = group.num_healthy_remote_env_runners() == NUM_RUNNERS
             pending = [f for f in faults if f.recovered_s is None]
             if pending and healthy and steps >= BATCH:
@@ -291,7 +297,7 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
             node.stop()
         if ray.is_initialized():
             ray.shutdown()
-        for path in (flag, flag + ".runner", os.path.dirname(flag)):
+        for path in (flag, os.path.dirname(flag)):
             try:
                 os.rmdir(path) if os.path.isdir(path) else os.remove(path)
             except OSError:
@@ -373,7 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-every-s", type=float, default=20.0)
     args = parser.parse_args(argv)
     os.environ.pop("RAY_ADDRESS", None)  # the benchmark starts its own Ray
-    emit(run_chaos(args.minutes, args.seed, args.env_error_p, args.kill_every_s))
+    from envrunners._cli.embedded_ray import ray_errors_logged
+
+    with ray_errors_logged():  # Ray's "worker/raylet died" lines stay off stdout
+        record = run_chaos(args.minutes, args.seed, args.env_error_p, args.kill_every_s)
+    emit(record)
     return 0
 
 

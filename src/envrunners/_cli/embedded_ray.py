@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 
-__all__ = ["cluster_summary", "embedded_ray", "quiet_loggers"]
+__all__ = ["cluster_summary", "embedded_ray", "quiet_loggers", "ray_errors_logged"]
 
 #: Where Ray's error lines for the driver ("(raylet) A worker died ...", "Raylet is
 #: terminated ...") go without ``--debug``: Ray prints them to stdout even with
@@ -27,7 +27,7 @@ _joined: dict[str, str | None] = {"address": None}
 
 
 @contextlib.contextmanager
-def _ray_errors_logged() -> Iterator[None]:
+def ray_errors_logged() -> Iterator[None]:
     """While Ray is up: its driver error lines go to ``RAY_ERRORS_LOGGER`` (DEBUG), not stdout.
 
     Ray's error listener thread prints through ``ray._private.worker.print_to_stdstream``
@@ -96,7 +96,7 @@ def embedded_ray(num_cpus_needed: float, *, debug: bool = False) -> Iterator[boo
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     address = os.environ.get("RAY_ADDRESS")
     warn_if_auth_disabled()  # before stderr is silenced: this one must be seen
-    errors = contextlib.nullcontext() if debug else _ray_errors_logged()
+    errors = contextlib.nullcontext() if debug else ray_errors_logged()
     with errors:  # from ray.init (which starts Ray's error listener) to after shutdown
         try:
             with quiet:
