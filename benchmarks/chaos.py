@@ -210,7 +210,7 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
         "short": 0,
         "over_long": 0,
         "errors": {},
-        "steps": {},
+        "steps": [],
     }
     try:
         algo = _config(p_error, flag).build_algo()
@@ -250,7 +250,10 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
                     victim = rng.choice(candidates)
                     try:
                         pid = group.foreach_env_runner(
-                            _pid, remote_worker_ids=[victim], local_env_runner=False
+                            _pid,
+                            remote_worker_ids=[victim],
+                            local_env_runner=False,
+                            timeout_seconds=5.0,
                         )[0]
                         os.kill(pid, signal.SIGKILL)
                         faults.append(Fault("sigkill", time.monotonic(), restarts, victim))
@@ -268,7 +271,7 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
                 print(f"chaos: train() raised {name}: {err}", file=sys.stderr)
                 steps = 0
             counts["iterations"] += 1
-            counts["steps"][steps] = counts["steps"].get(steps, 0) + 1
+            counts["steps"].append(steps)
             if steps <= 0:
                 counts["lost"] += 1
             elif steps < BATCH:
@@ -319,6 +322,12 @@ def _answers(group: Any, runner: int | None) -> bool:
     return len(got) == 1
 
 
+def _spread(values: list[int]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
 def _log(start: float, message: str) -> None:
     print(f"chaos t={time.monotonic() - start:6.1f}s: {message}", file=sys.stderr, flush=True)
 
@@ -360,7 +369,7 @@ def _summary(
         "short_batches": counts["short"],
         "over_long_batches": counts["over_long"],
         "train_errors": counts["errors"],
-        "steps_per_iteration": dict(sorted(counts["steps"].items())),
+        "steps_per_iteration": _spread(counts["steps"]),
         "faults": len(faults),
         "recovered": len(times),
         "recovery_p50_s": round(statistics.median(times), 2) if times else None,
