@@ -3,9 +3,10 @@
     python benchmarks/chaos.py --minutes 2
 
 Setup: a local Ray started the way envrunners starts one (127.0.0.1 only, token
-auth) with 2 CPUs, plus one extra node joined with ``ray start --address`` on
+auth) with 3 CPUs, plus one extra node joined with ``ray start --address`` on
 127.0.0.1 (1 CPU). PPO on CartPole-v1 with 3 remote runners x 4 envs, 1 CPU each
-(so exactly one runner lives on the extra node), ``MeanStdFilter``,
+(Ray's default scheduling puts two on the head and one on the extra node, and
+the head keeps a CPU to restart a lost runner; stderr logs where they were), ``MeanStdFilter``,
 ``fault_tolerance(restart_failed_env_runners=True,
 restart_failed_sub_environments=True)`` and ``sample_timeout_s=10``. Chaos, on a
 seeded schedule:
@@ -199,7 +200,7 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
     _register_by_value()
     rng = random.Random(seed)
     flag = os.path.join(tempfile.mkdtemp(prefix="chaos-"), "hang")
-    init_local_ray(2, log_to_driver=False, _system_config=dict(EMBEDDED_SYSTEM_CONFIG))
+    init_local_ray(NUM_RUNNERS, log_to_driver=False, _system_config=dict(EMBEDDED_SYSTEM_CONFIG))
     node = LocalRayNode(ray.get_runtime_context().gcs_address, num_cpus=1)
     node.start()
     algo = None
@@ -218,6 +219,7 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
         extra_node = [n["NodeID"] for n in ray.nodes() if n["Alive"] and not _is_head(n)]
         placement = group.foreach_env_runner(_node_id, local_env_runner=False, timeout_seconds=30)
         on_head = sorted(i for i, n in placement if n not in extra_node)
+        print(f"chaos: runners on the head node: {on_head} of {len(placement)}", file=sys.stderr)
         start = time.monotonic()
         end = start + minutes * 60.0
         hang_at, node_at = start + 0.25 * (end - start), start + 0.5 * (end - start)
