@@ -119,6 +119,8 @@ class RunnerRecovery:
         self._standby_ready: Any = None
         self.ctor_kwargs: dict[int, dict] = {}
         self.local_env_runner: Any = None
+        #: Runners whose process was replaced and that serve again (lifetime count).
+        self.num_replaced = 0
         self.reset()
 
     def reset(self) -> None:
@@ -132,7 +134,6 @@ class RunnerRecovery:
         self._restore_failures: dict[int, int] = defaultdict(int)
         #: Runners whose process is being replaced (counted once they serve again).
         self._replacing: set[int] = set()
-        self.num_replaced = 0
 
     def close(self) -> None:
         """Kill the standby and forget everything (the group stopped)."""
@@ -317,14 +318,37 @@ class RunnerRecovery:
         """Start the standby actor: the runners' resources, away from their nodes if possible.
 
         It reserves what a runner reserves, so a runner it replaces never shares
-        a CPU unaccounted.
+        a CPU unaccounted. Without room for it in the cluster it is not started
+        (a lost runner then waits for Ray to restart it where there is room);
+        ``maintain`` tries again every ``STANDBY_AFTER_S`` seconds.
         """
         if not self._standby_on or self._closed or self.standby is not None:
+            return
+        if not self._room_for_standby():
+            # Not now (a pending actor would hold nothing but make Ray warn); look again later.
+            self._standby_due = time.monotonic() + STANDBY_AFTER_S
             return
         cls = _ray_setup.make_remote_class(_ray_setup.standby_class(self._runner_cls), self._config)
         options = self._standby_placement()
         self.standby = (cls.options(**options) if options else cls).remote()
         self._standby_ready = self.standby.ping.remote()
+
+    def _room_for_standby(self) -> bool:
+        """Whether the cluster has the CPUs and GPUs of one more runner free."""
+        import ray
+
+        config = self._config
+        need = {
+            "CPU": float(config.num_cpus_per_env_runner or 0),
+            "GPU": float(config.num_gpus_per_env_runner or 0),
+        }
+        if not any(need.values()):
+            return True
+        try:
+            free = ray.available_resources()
+        except Exception:  # pragma: no cover - best effort: try to place it
+            return True
+        return all(free.get(k, 0.0) >= v for k, v in need.items() if v)
 
     def _standby_placement(self) -> dict[str, Any]:
         """Soft node affinity to a node without runners (that has the CPUs), if there is one.

@@ -921,10 +921,8 @@ class FaultTolerantActorManager:
                         retry.append(result.actor_id)  # sent before a restart: ping again
             if retry:
                 time.sleep(0.05)
-        self._restored_actors.difference_update(just)
-        restored = already + [i for i in just if i not in already]
         self._restored_actors.clear()
-        return restored
+        return already + [i for i in just if i not in already]
 
     @staticmethod
     def handle_remote_call_result_errors(
