@@ -434,7 +434,9 @@ class EnvRunnerGroup:
             healthy_only: Only call healthy remote runners.
             remote_worker_ids: Which remote runners (None or ``[]``: all).
             timeout_seconds: Deadline; None = ``config.sample_timeout_s``, 0 = fire
-                and forget. Late results are dropped and counted.
+                and forget. Late results are dropped and counted, and a late
+                runner is out of service until its call returns (then it is
+                restored) or is replaced as hung.
             return_obj_refs: Return the remote ``ObjectRef`` instead of the value.
             mark_healthy: An unhealthy runner that answers is restored (with state).
 
@@ -443,7 +445,8 @@ class EnvRunnerGroup:
 
         Raises:
             Exception: The exception a user function raised (the runner stays up).
-            EnvRunnerError: A runner failed, unless failures are ignored.
+            RemoteEnvRunnerError: A runner failed (a ``ray.exceptions.RayError``
+                and ``EnvRunnerError`` naming it), unless failures are ignored.
         """
         local = self._local_env_runner
         if return_obj_refs and local_env_runner and local is not None:
@@ -593,11 +596,12 @@ class EnvRunnerGroup:
 
         Each one gets the latest weights, connector states and lifetime step count
         before it is marked healthy. The result also holds runners the group
-        restored on its own since the last probe. Runners Ray is still restarting
-        are not waited for; probe again later.
+        restored on its own since the last probe. As in RLlib, it waits up to
+        ``timeout_seconds`` for runners that Ray is still starting or restarting
+        (or that are busy), and restores those that come up in that time.
 
         Args:
-            timeout_seconds: How long to wait for the restore calls (default
+            timeout_seconds: How long to wait (default
                 ``env_runner_health_probe_timeout_s``).
         """
         return self._recovery.probe(timeout_seconds)
