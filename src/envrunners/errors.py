@@ -21,6 +21,8 @@ value, what was expected and, where there is one, the fix::
     │   └── PickleNotAllowedError    RLlib's pickled data read without ``allow_pickle``
     ├── CompressionError(ValueError) an array cannot be packed, or a string is no packed array
     ├── EnvRunnerError(RuntimeError) a remote runner failed or hung (runner_index)
+    │   └── RemoteEnvRunnerError(ray.exceptions.RayError) such a fault as the group
+    │                                raises it to the caller (built when first used)
     ├── SpaceError(ValueError)       an observation or action outside its space
     ├── MultiAgentEnvError(ValueError) a multi-agent env broke the step protocol
     ├── DeprecatedAPIError(ValueError) a removed RLlib API was called (names its replacement)
@@ -70,6 +72,7 @@ __all__ = [
     "OfflineDataError",
     "OfflineInputNotFoundError",
     "PickleNotAllowedError",
+    "RemoteEnvRunnerError",  # noqa: F822 - built on first use (module __getattr__)
     "SpaceError",
     "StepFailedRecreateEnvError",
     "SubEnvError",
@@ -354,3 +357,35 @@ class UnknownLoggerError(ConfigError):
 
 class LoggerPackageMissingError(EnvRunnersError, ImportError):
     """A logger whose package is not installed; the message names the extra to install."""
+
+
+# -- env runner group: runner faults raised to the caller (issue 15) ----------------------------
+
+
+def _remote_env_runner_error_class() -> type:
+    """Build ``RemoteEnvRunnerError``; it needs ``ray.exceptions``, so it is built on first use.
+
+    Why: ``import ray`` costs ~0.35 s and ~50 MB, and this module is imported by
+    every runner and env worker process; only the group (where Ray is loaded)
+    raises this class.
+    """
+    from ray.exceptions import RayError
+
+    class RemoteEnvRunnerError(EnvRunnerError, RayError):
+        """A remote runner fault that is neither ignored nor restarted, as the caller gets it.
+
+        A ``ray.exceptions.RayError`` (what RLlib raises for a failed runner) and an
+        ``EnvRunnerError`` (``runner_index``, ``remote_traceback``). Import it from
+        ``envrunners.errors`` (that loads Ray).
+        """
+
+    RemoteEnvRunnerError.__module__ = __name__
+    RemoteEnvRunnerError.__qualname__ = "RemoteEnvRunnerError"
+    return RemoteEnvRunnerError
+
+
+def __getattr__(name: str) -> type:
+    if name == "RemoteEnvRunnerError":
+        cls = globals()[name] = _remote_env_runner_error_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

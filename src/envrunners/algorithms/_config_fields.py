@@ -172,6 +172,10 @@ FIELDS: tuple[ConfigField, ...] = (
     _f("num_consecutive_env_runner_failures_tolerance", int, 100, FT, _nonneg_int),
     _f("env_runner_health_probe_timeout_s", float, 30.0, FT, _nonneg_num),
     _f("env_runner_restore_timeout_s", float, 1800.0, FT, _nonneg_num),
+    # envrunners key (RLlib has none): a runner whose call misses its deadline is out of
+    # service at once; it is replaced (killed, restarted or swapped for the standby) when
+    # that call is still running this many deadlines after it was sent.
+    _f("replace_env_runner_after_missed_deadlines", int, 2, FT, _pos_int),
     # --- multi_agent() ---
     _f("policies", dict[str, PolicySpec], {DEFAULT_POLICY_ID: PolicySpec()}, MA, c.policies),
     _f("policy_map_capacity", int, 100, MA, _pos_int),
