@@ -360,7 +360,8 @@ def torch_threads(config: Any, worker_index: int | None) -> Iterator[None]:
     """
     import torch
 
-    wanted = int(getattr(config, "num_cpus_per_env_runner", 1) or 1)
+    # A fractional share (num_cpus_per_env_runner=0.5) still runs on one thread.
+    wanted = max(1, int(getattr(config, "num_cpus_per_env_runner", 1) or 1))
     before = torch.get_num_threads()
     if wanted != before:
         torch.set_num_threads(wanted)
