@@ -211,8 +211,11 @@ class AlgorithmConfig:
                 ``max_num_env_runner_restarts``, ``delay_between_env_runner_restarts_s``
                 (default 1 s here, 60 s in RLlib), ``restart_failed_sub_environments``,
                 ``num_consecutive_env_runner_failures_tolerance``,
-                ``env_runner_health_probe_timeout_s``, ``env_runner_restore_timeout_s``;
-                old names (``recreate_failed_workers``, ``ignore_worker_failures``,
+                ``env_runner_health_probe_timeout_s``, ``env_runner_restore_timeout_s``,
+                and envrunners' own ``replace_env_runner_after_missed_deadlines``
+                (default 2: a runner whose ``sample()`` is still running that many
+                ``sample_timeout_s`` deadlines after it was sent is killed and replaced;
+                it is out of service from its first missed deadline); old names (``recreate_failed_workers``, ``ignore_worker_failures``,
                 ``recreate_failed_env_runners``, ...) warn and map to these.
         """
         return self._update(FT, kwargs)
