@@ -295,6 +295,7 @@ def test_probe_waits_for_a_runner_that_ray_is_restarting(ray_session, tmp_path):
         assert group.num_healthy_remote_env_runners() == 1
         assert group.num_remote_worker_restarts() == 1
         assert group.num_env_runners_replaced_lifetime() == 1
+        assert group.lost_and_replaced_env_runners() == ([1], [1])  # for run summaries
 
 
 @pytest.mark.timeout(120)

@@ -83,6 +83,7 @@ class Trainer:
         self.mean_return = math.nan
         self.window_episodes = 0  # episodes finished in this process (the runners' window)
         self.algo: Any = None
+        self.cluster_line: str | None = None  # the joined cluster's summary (RAY_ADDRESS)
         self.reason = ""
 
     # -- lifecycle -------------------------------------------------------------------
@@ -146,6 +147,7 @@ class Trainer:
                 self._iterate()
         finally:
             with _sigint_ignored(), quiet_loggers(not self.debug):
+                self.cluster_line = _cluster_line(self.algo)
                 self.algo.stop()
 
     def _should_stop(self) -> bool:
@@ -204,6 +206,8 @@ class Trainer:
         else:
             line = f"Stopped at --stop-timesteps: {head}."
         print(line, flush=True)
+        if self.cluster_line:
+            print(self.cluster_line, flush=True)
         ckpt = self.out / CHECKPOINT_DIR
         if ckpt.is_dir():
             print(f"Checkpoint (iteration {self._saved_iteration()}): {ckpt}")
@@ -265,3 +269,12 @@ def _sigint_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
     if hit:
         raise KeyboardInterrupt
+
+
+def _cluster_line(algo: Any) -> str | None:
+    """The joined cluster's summary line (nodes alive, runners lost and replaced), else None."""
+    from envrunners._cli.embedded_ray import cluster_summary
+
+    group = getattr(algo, "env_runner_group", None)
+    lost, replaced = group.lost_and_replaced_env_runners() if group is not None else ([], [])
+    return cluster_summary(lost_runners=lost, replaced_runners=replaced)

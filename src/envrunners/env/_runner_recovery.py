@@ -121,6 +121,8 @@ class RunnerRecovery:
         self.local_env_runner: Any = None
         #: Runners whose process was replaced and that serve again (lifetime count).
         self.num_replaced = 0
+        #: Ids of runners replaced (standby or new process) that serve again.
+        self.replaced_ids: set[int] = set()
         self.reset()
 
     def reset(self) -> None:
@@ -511,6 +513,7 @@ class RunnerRecovery:
             if actor_id in self._replacing:
                 self._replacing.discard(actor_id)
                 self.num_replaced += 1
+                self.replaced_ids.add(actor_id)
             self._restored_since_probe.append(actor_id)
             logger.info("env runner %d is restored (with the latest state).", actor_id)
         limit = float(self._config.env_runner_restore_timeout_s)

@@ -411,6 +411,13 @@ class EnvRunnerGroup:
         """Runners whose process was replaced (standby or new process) and that serve again."""
         return self._recovery.num_replaced
 
+    def lost_and_replaced_env_runners(self) -> tuple[list[int], list[int]]:
+        """Indices of runners that were ever out of service, and of those replaced since.
+
+        For run summaries (``envrunners train`` names them when it joined a cluster).
+        """
+        return sorted(self._worker_manager.ever_unhealthy), sorted(self._recovery.replaced_ids)
+
     # ------------------------------------------------------------------ calls
     def foreach_env_runner(
         self,

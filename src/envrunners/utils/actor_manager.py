@@ -335,6 +335,8 @@ class FaultTolerantActorManager:
         self._next_id = int(init_id)
         self._actors: dict[int, Any] = {}
         self._remote_actor_states: dict[int, ActorState] = {}
+        #: Ids of actors that were ever marked unhealthy (lost), for reports.
+        self.ever_unhealthy: set[int] = set()
         self._restored_actors: set[int] = set()
         self._in_flight_req_to_actor_id: dict[Any, tuple[str | None, int]] = {}
         self._current_actor_id = 0
@@ -475,6 +477,7 @@ class FaultTolerantActorManager:
             self._restored_actors.add(actor_id)
             self._forget_late_calls(actor_id)
         elif not healthy:
+            self.ever_unhealthy.add(actor_id)
             self._restored_actors.discard(actor_id)
             if state.is_healthy:
                 self._forget_in_flight(actor_id)
