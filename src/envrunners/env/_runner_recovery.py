@@ -500,7 +500,9 @@ class RunnerRecovery:
                 ray.get(ref)
             except RayError as err:
                 self._restore_failures[actor_id] += 1
-                logger.warning("Restoring env runner %d failed: %s", actor_id, str(err)[:500])
+                # Once per outage (a lost node fails every probe until the runner is back).
+                log = logger.warning if self._restore_failures[actor_id] == 1 else logger.debug
+                log("Restoring env runner %d failed: %s", actor_id, str(err)[:500])
                 if self._restore_failures[actor_id] >= _MAX_RESTORE_FAILURES:
                     self._after_fault(actor_id, err)
                     self._restore_failures[actor_id] = 0
