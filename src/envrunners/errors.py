@@ -15,7 +15,8 @@ value, what was expected and, where there is one, the fix::
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
     │   ├── OfflineInputNotFoundError(FileNotFoundError) an input path matches no file
     │   ├── UnencodableValueError(TypeError) a value to write is not plain data
-    │   └── PickleNotAllowedError    RLlib's pickled data read without ``allow_pickle``
+    │   ├── PickleNotAllowedError    RLlib's pickled data read without ``allow_pickle``
+    │   └── OfflineSchemaError       a Parquet file's columns are not the expected layout
     ├── CompressionError(ValueError) an array cannot be packed, or a string is no packed array
     ├── EnvRunnerError(RuntimeError) a remote runner failed or hung (runner_index)
     ├── SpaceError(ValueError)       an observation or action outside its space
@@ -61,6 +62,7 @@ __all__ = [
     "MultiAgentEnvError",
     "OfflineDataError",
     "OfflineInputNotFoundError",
+    "OfflineSchemaError",
     "PickleNotAllowedError",
     "SpaceError",
     "StepFailedRecreateEnvError",
@@ -312,3 +314,14 @@ class UnknownEnvError(EnvCreatorError, EnvError):
     An ``EnvError`` and ``ValueError`` (what RLlib's ``Algorithm`` raises for an invalid
     env descriptor), and still an ``EnvCreatorError`` for code written against envrunners.
     """
+
+
+# -- offline data (offline/): Parquet, Ray Data, Minari -------------------------------------
+
+
+class OfflineSchemaError(OfflineDataError):
+    """An offline file's columns do not have the layout expected; names the file and column."""
+
+    def __init__(self, message: str, *, path: str | None = None, column: str | None = None):
+        self.column = column
+        super().__init__(f"column {column!r}: {message}" if column else message, path=path)
