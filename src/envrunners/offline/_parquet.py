@@ -437,6 +437,15 @@ def check_rows_schema(schema: Any, path: str | None) -> None:
             )
 
 
+def episode_batch(ep: Any) -> SampleBatch:
+    """``ep.get_sample_batch()`` plus ``new_obs`` (the next observations), without ``infos``."""
+    batch = ep.get_sample_batch()
+    n = len(ep)
+    batch["new_obs"] = ep.get_observations(slice(1, n + 1))
+    batch.pop("infos", None)
+    return batch
+
+
 def batch_from_columns(cols: dict[str, Any]) -> SampleBatch:
     """A ``SampleBatch`` of the decoded step columns (all-null columns left out)."""
     return SampleBatch({k: v for k, v in cols.items() if v is not None})

@@ -300,23 +300,16 @@ def _step_columns(path: Any, source: str, allow_pickle: bool, skip_corrupt: bool
         for batch in read_parquet_batches(path, allow_pickle=allow_pickle):
             yield dict(dict.items(batch))
     elif source == "minari":
+        from envrunners.offline._parquet import episode_batch
         from envrunners.offline.minari_io import read_minari_episodes
 
         for ep in read_minari_episodes(path if isinstance(path, str) else path[0]):
-            yield _episode_columns(ep)
+            yield dict(dict.items(episode_batch(ep)))
     else:
         from envrunners.offline.d4rl_reader import load_d4rl_hdf5
 
         for f in resolve_inputs(path, "offline convert"):
             yield _d4rl_columns(load_d4rl_hdf5(f), f)
-
-
-def _episode_columns(ep: Any) -> dict[str, Any]:
-    n = len(ep)
-    cols = dict(ep.get_sample_batch())
-    cols["new_obs"] = np.asarray(ep.get_observations(slice(1, n + 1)))
-    cols.pop("infos", None)
-    return cols
 
 
 def _d4rl_columns(data: dict[str, Any], where: str) -> dict[str, Any]:

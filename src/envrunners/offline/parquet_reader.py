@@ -21,6 +21,7 @@ from envrunners.offline._parquet import (
     check_episode_schema,
     check_rows_schema,
     columns_from_table,
+    episode_batch,
     episodes_from_columns,
     episodes_from_table,
 )
@@ -124,7 +125,7 @@ def read_parquet_batches(
             check_episode_schema(_open(path).schema_arrow, path)
             for table in _tables(path, max(1, rows_per_batch // 200)):
                 eps = episodes_from_table(table, path, allow_pickle=allow_pickle)
-                batches = [ep.get_sample_batch() for ep in eps if len(ep)]
+                batches = [episode_batch(ep) for ep in eps if len(ep)]
                 if batches:
                     yield concat_samples(batches)
             continue
