@@ -127,18 +127,42 @@ class _SpaceCache:
 _CACHE = _SpaceCache()
 
 
+def _buffer_state(buf: Any) -> dict[str, Any]:
+    return {
+        "data": buf.data if buf.finalized else list(buf.data),
+        "lookback": buf.lookback,
+        "finalized": buf.finalized,
+        "space": _CACHE.to_rllib(buf.space),
+    }
+
+
 def episode_to_rllib_state(episode: SingleAgentEpisode) -> dict[str, Any]:
-    """``episode.get_state()`` with RLlib's keys and space encoding."""
-    state = episode.get_state()
-    state.pop("observation_space", None)
-    state.pop("action_space", None)
-    state["_observation_space"] = _CACHE.to_rllib(episode.observation_space)
-    state["_action_space"] = _CACHE.to_rllib(episode.action_space)
-    for name in _BUFFERS:
-        state[name]["space"] = _CACHE.to_rllib(getattr(episode, name).space)
-    for key, buf in episode.extra_model_outputs.items():
-        state["extra_model_outputs"][key]["space"] = _CACHE.to_rllib(buf.space)
-    return state
+    """The state RLlib's ``SingleAgentEpisode.get_state()`` returns, for our episode.
+
+    Built from the episode's buffers directly (each distinct space encoded once),
+    with RLlib's keys and key order.
+    """
+    extras = episode.extra_model_outputs
+    return {
+        "id_": episode.id_,
+        "agent_id": episode.agent_id,
+        "module_id": episode.module_id,
+        "multi_agent_episode_id": episode.multi_agent_episode_id,
+        "observations": _buffer_state(episode.observations),
+        "actions": _buffer_state(episode.actions),
+        "rewards": _buffer_state(episode.rewards),
+        "infos": _buffer_state(episode.infos),
+        "extra_model_outputs": {k: _buffer_state(b) for k, b in extras.items()} if extras else None,
+        "is_terminated": bool(episode.is_terminated),
+        "is_truncated": bool(episode.is_truncated),
+        "t_started": int(episode.t_started),
+        "t": int(episode.t),
+        "_observation_space": _CACHE.to_rllib(episode.observation_space),
+        "_action_space": _CACHE.to_rllib(episode.action_space),
+        "_start_time": episode._start_time,
+        "_last_step_time": episode._last_step_time,
+        "custom_data": dict(episode.custom_data),
+    }
 
 
 def episode_from_rllib_state(state: dict[str, Any], where: str = "") -> SingleAgentEpisode:

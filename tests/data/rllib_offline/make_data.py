@@ -3,7 +3,8 @@
     /tmp/rllib-venv/bin/python tests/data/rllib_offline/make_data.py
 
 Each directory is what ``OfflineSingleAgentEnvRunner`` (ray.rllib.offline.offline_env_runner)
-wrote for one ``sample(num_timesteps=60)`` call on CartPole-v1, 1 env, seed 0:
+wrote for one ``sample(num_timesteps=60, random_actions=True)`` call on CartPole-v1 (1 env,
+seed 0, ``output_write_method_kwargs={"min_rows_per_file": 1000}`` so each is one file):
 ``episodes/`` with ``output_write_episodes=True`` (msgpack episode states in column ``item``),
 ``rows/`` with ``output_write_episodes=False, output_compress_columns=[]`` (one row per step),
 ``rows_packed/`` with RLlib's default ``output_compress_columns=["obs", "new_obs"]``
