@@ -35,7 +35,6 @@ __all__ = [
     "episodes_from_table",
     "episodes_to_rows_table",
     "episodes_to_table",
-    "read_table",
 ]
 
 METADATA_KEY = b"envrunners"
@@ -213,21 +212,6 @@ def _tree_concat(parts: list[Any]) -> Any:
 
 
 # ------------------------------------------------------------- tables -> columns
-
-
-def read_table(path: str) -> Any:
-    """Read one Parquet file; a truncated or non-Parquet file is an ``OfflineDataError``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from envrunners.errors import OfflineDataError
-
-    try:
-        return pq.read_table(path)
-    except (pa.ArrowException, OSError) as e:
-        raise OfflineDataError(
-            f"not a readable Parquet file (truncated or corrupt?): {e}", path=path
-        ) from None
 
 
 def _is_packed(values: list[Any]) -> bool:

@@ -165,6 +165,57 @@ def episode_to_rllib_state(episode: SingleAgentEpisode) -> dict[str, Any]:
     }
 
 
+def _stacked(data: Any) -> np.ndarray | None:
+    """A buffer's data as one array, or None if it is not a list of same-shape arrays."""
+    if isinstance(data, np.ndarray):
+        return data
+    if isinstance(data, list) and all(isinstance(x, np.ndarray | np.generic | int | float | bool)
+                                      for x in data):  # fmt: skip
+        try:
+            return np.stack([np.asarray(x) for x in data]) if data else None
+        except ValueError:
+            return None
+    return None
+
+
+def _from_columns(state: dict[str, Any]) -> SingleAgentEpisode | None:
+    """The fast path: flat array data, one lookback for all buffers (else None)."""
+    names = [*_BUFFERS[:3], *((state.get("extra_model_outputs") or {}).keys())]
+    bufs = [state[b] for b in _BUFFERS[:3]] + list(
+        (state.get("extra_model_outputs") or {}).values()
+    )
+    if len({b["lookback"] for b in [*bufs, state["infos"]]}) != 1:
+        return None
+    arrays = dict(zip(names, map(_stacked, (b["data"] for b in bufs)), strict=True))
+    if any(a is None for a in arrays.values()):
+        return None
+    obs_space, _ = _CACHE.from_rllib(state.get("_observation_space"))
+    act_space, _ = _CACHE.from_rllib(state.get("_action_space"))
+    infos = state["infos"]["data"]
+    episode = SingleAgentEpisode.from_columns(
+        observations=arrays.pop("observations"),
+        actions=arrays.pop("actions"),
+        rewards=arrays.pop("rewards"),
+        infos=[i if isinstance(i, dict) else {} for i in infos] if len(infos) else None,
+        extra_model_outputs=arrays,
+        terminated=bool(state["is_terminated"]),
+        truncated=bool(state["is_truncated"]),
+        t_started=int(state["t_started"]),
+        len_lookback_buffer=int(state["observations"]["lookback"]),
+        observation_space=obs_space,
+        action_space=act_space,
+        id_=state["id_"],
+        agent_id=state.get("agent_id"),
+        module_id=state.get("module_id"),
+        multi_agent_episode_id=state.get("multi_agent_episode_id"),
+        copy=True,  # decoded arrays are read-only views of the msgpack bytes
+        start_time=state.get("_start_time"),
+        last_step_time=state.get("_last_step_time"),
+    )
+    episode.custom_data.update(state.get("custom_data") or {})
+    return episode
+
+
 def episode_from_rllib_state(state: dict[str, Any], where: str = "") -> SingleAgentEpisode:
     """Rebuild a (numpy'd) episode from an RLlib episode state.
 
@@ -172,6 +223,9 @@ def episode_from_rllib_state(state: dict[str, Any], where: str = "") -> SingleAg
         OfflineDataError: if a key is missing or the data is inconsistent; names ``where``.
     """
     try:
+        episode = _from_columns(state)
+        if episode is not None:
+            return episode
         ours = dict(state)
         obs_space, _ = _CACHE.from_rllib(ours.pop("_observation_space", None))
         act_space, _ = _CACHE.from_rllib(ours.pop("_action_space", None))

@@ -27,6 +27,11 @@ from envrunners.policy.sample_batch import MultiAgentBatch, SampleBatch
 __all__ = ["OfflineData"]
 
 
+def _apply(batch: Any, prelearner: OfflinePreLearner) -> Any:
+    """Ray Data task: run the (stateless) pre-learner on one block."""
+    return prelearner(batch)
+
+
 class OfflineData:
     """Read ``config.input_`` with Ray Data and sample step batches from it.
 
@@ -77,10 +82,10 @@ class OfflineData:
 
     @property
     def default_map_batches_kwargs(self) -> dict[str, Any]:
-        """RLlib's defaults (two pre-learner actors, or one per learner; zero-copy blocks).
+        """RLlib's defaults (two pre-learners at a time, or one per learner; zero-copy blocks).
 
-        Each actor asks for half a CPU (RLlib: one), so that on a 2-CPU Ray the read
-        tasks still get a CPU beside the two actors instead of waiting for them forever.
+        Each asks for half a CPU (RLlib: one), so that on a 2-CPU Ray the read tasks
+        still get a CPU beside two pre-learner actors instead of waiting forever.
         """
         return {
             "concurrency": max(2, int(getattr(self.config, "num_learners", 0) or 0)),
@@ -94,13 +99,27 @@ class OfflineData:
         return {"prefetch_batches": 2}
 
     def _map(self, num_samples: int) -> None:
-        self.data = self.data.map_batches(
-            self.prelearner_class,
-            fn_constructor_kwargs={"config": self.config},
-            batch_size=self.data_read_batch_size or num_samples,
-            batch_format="pyarrow",
-            **self.map_batches_kwargs,
-        )
+        kwargs = dict(self.map_batches_kwargs)
+        if self.prelearner_class is OfflinePreLearner:
+            # Stateless: map with tasks (no actor start-up), each carrying its small
+            # pre-learner (flags only, not the config).
+            kwargs.pop("zero_copy_batch", None)
+            prelearner = OfflinePreLearner(
+                input_read_episodes=bool(getattr(self.config, "input_read_episodes", False)),
+                allow_pickle=bool((getattr(self.config, "input_config", None) or {}).get(
+                    "allow_pickle", False)),
+            )  # fmt: skip
+            self.data = self.data.map_batches(
+                _apply, fn_kwargs={"prelearner": prelearner},
+                batch_size=self.data_read_batch_size or num_samples, batch_format="pyarrow",
+                **kwargs,
+            )  # fmt: skip
+        else:  # a user's pre-learner class may hold state: one per actor, as in RLlib
+            self.data = self.data.map_batches(
+                self.prelearner_class, fn_constructor_kwargs={"config": self.config},
+                batch_size=self.data_read_batch_size or num_samples, batch_format="pyarrow",
+                **kwargs,
+            )  # fmt: skip
         self.data_is_mapped = True
 
     def sample(

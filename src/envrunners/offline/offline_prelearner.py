@@ -57,6 +57,8 @@ class OfflinePreLearner:
         spaces: Unused (RLlib builds its module from them); kept for the signature.
         module_spec: Unused, as ``spaces``.
         module_state: Unused, as ``spaces``.
+        input_read_episodes: Overrides the config's value (None: use the config).
+        allow_pickle: Overrides the config's ``input_config["allow_pickle"]``.
     """
 
     def __init__(
@@ -65,12 +67,18 @@ class OfflinePreLearner:
         spaces: Any = None,
         module_spec: Any = None,
         module_state: Any = None,
+        *,
+        input_read_episodes: bool | None = None,
+        allow_pickle: bool | None = None,
         **kwargs: Any,
     ) -> None:
         self.config = config
-        self.input_read_episodes = bool(getattr(config, "input_read_episodes", False))
-        input_config = getattr(config, "input_config", None) or {}
-        self.allow_pickle = bool(input_config.get("allow_pickle", False))
+        if input_read_episodes is None:
+            input_read_episodes = getattr(config, "input_read_episodes", False)
+        self.input_read_episodes = bool(input_read_episodes)
+        if allow_pickle is None:
+            allow_pickle = (getattr(config, "input_config", None) or {}).get("allow_pickle")
+        self.allow_pickle = bool(allow_pickle)
 
     def map_to_episodes(self, batch: Any) -> list[Any]:
         """Decode one batch of raw rows into numpy'd ``SingleAgentEpisode`` chunks.
