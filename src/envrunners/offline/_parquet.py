@@ -3,9 +3,11 @@
 Why: offline data goes to and comes from Parquet: for pandas/polars/DuckDB, and for
 RLlib's new-stack ``OfflineData``. One layout holds one row per timestep: nested
 columns are flattened with dots (``obs.position``, tuple items ``obs.0``);
-multi-dimensional columns are stored as Ray Data's tensor columns (a ``large_list`` of
-the flattened row, with the field metadata ``ARROW:extension:name =
-ray.data.arrow_tensor_v2`` and the row shape), which RLlib reads as arrays; complex
+multi-dimensional columns are fixed-size lists of the flattened row
+(:func:`batch_to_table`, for ``offline convert --to parquet``) or, in the files of
+``OfflineSingleAgentEnvRunner`` (:func:`episodes_to_rows_table`), Ray Data's tensor
+columns as RLlib writes them (a ``large_list`` of the flattened row with the field
+metadata ``ARROW:extension:name = ray.data.arrow_tensor_v2`` and the row shape); complex
 numbers become ``[real, imag]`` pairs; ``infos`` and other object columns become JSON
 strings (plain-data tagged, see ``_plain_data``). The exact dtype and per-row shape of
 every column is stored in the schema metadata under ``b"envrunners"``. The other
@@ -116,7 +118,12 @@ def batch_to_table(batch: SampleBatch) -> tuple[Any, dict[str, Any]]:
             arr = np.stack([arr.real, arr.imag], axis=-1)
         if arr.ndim == 0 or len(arr) != n:
             raise ValueError(f"column {name!r} has {arr.shape[:1]} rows, the batch has {n}")
-        arrays[name] = tensor_column(arr)
+        if arr.ndim == 1:
+            arrays[name] = (pa.array(arr), None)
+        else:  # fixed-size lists: plain Arrow, whatever extension types are registered
+            flat_values = pa.array(np.ascontiguousarray(arr).reshape(-1))
+            width = math.prod(arr.shape[1:])
+            arrays[name] = (pa.FixedSizeListArray.from_arrays(flat_values, width), None)
     return _table(arrays), meta
 
 
@@ -262,7 +269,10 @@ def _list_column(col: Any, field: Any, path: str | None, name: str) -> np.ndarra
     if n and col.null_count:
         raise OfflineSchemaError("has null rows in a tensor column", path=path, column=name)
     meta = field.metadata or {}
-    lengths = np.diff(np.asarray(col.offsets)) if n else np.zeros(0, dtype=np.int64)
+    if pa.types.is_fixed_size_list(col.type):
+        lengths = np.full(n, col.type.list_size, dtype=np.int64)
+    else:
+        lengths = np.diff(np.asarray(col.offsets)) if n else np.zeros(0, dtype=np.int64)
     if _EXT_META in meta:
         shape = tuple(json.loads(meta[_EXT_META]))
     elif pa.types.is_fixed_size_list(col.type):

@@ -68,6 +68,13 @@ class OfflineData:
                 "(use 'read_parquet')"
             )
         self.data_read_method_kwargs = dict(getattr(config, "input_read_method_kwargs", {}) or {})
+        if self.data_read_method == "read_parquet":
+            # One block per file (up to 256): Ray Data would pack a small dataset into a
+            # single block, which only one pre-learner task and one consumer could use.
+            from envrunners.offline.parquet_reader import parquet_files
+
+            n_files = len(parquet_files(self.path))
+            self.data_read_method_kwargs.setdefault("override_num_blocks", min(n_files, 256))
         self.data_read_batch_size = getattr(config, "input_read_batch_size", None)
         self.data = reader(self.path, **self.data_read_method_kwargs)
         self.data_is_mapped = False
