@@ -35,8 +35,10 @@ def train_once(path, episodes):
     result = algo.train()
     algo.stop()
     learner = result["learners"]["default_policy"]
-    print(f"{'episodes' if episodes else 'rows'}: RLlib BC trained on "
-          f"{learner['num_module_steps_trained']} module steps from {path}")
+    print(
+        f"{'episodes' if episodes else 'rows'}: RLlib BC trained on "
+        f"{learner['num_module_steps_trained']} module steps from {path}"
+    )
 
 
 if __name__ == "__main__":

@@ -29,9 +29,7 @@ def write(name, **offline):
         PPOConfig()
         .environment("CartPole-v1")
         .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=60)
-        .offline_data(
-            output=out, output_write_method_kwargs={"min_rows_per_file": 1000}, **offline
-        )
+        .offline_data(output=out, output_write_method_kwargs={"min_rows_per_file": 1000}, **offline)
         .debugging(seed=0)
     )
     runner = OfflineSingleAgentEnvRunner(config=config, worker_index=1)
