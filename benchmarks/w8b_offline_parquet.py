@@ -16,6 +16,8 @@ episode form: envrunners' numpy'd chunks, RLlib's list-based chunks (as its
   ``OfflinePreLearner`` -> step tables); RLlib: ``ray.data.read_parquet`` ->
   ``map_batches`` with what ``OfflinePreLearner.__call__`` does for episodes
   (``SingleAgentEpisode.from_state(msgpack.unpackb(item, object_hook=mnp.decode))``).
+- ``decode``: the same decoding without Ray (one process, file by file): envrunners
+  ``read_parquet_episodes``; RLlib ``pyarrow.parquet.read_table`` + the decode above.
 - ``read_2_consumers`` (envrunners only): ``W8B_BIG_STEPS`` = 10M steps read through
   ``OfflineData.sample(num_shards=2)`` by two concurrent consumers; reports steps/s and
   the driver's peak RSS next to the dataset's size on disk (streaming keeps RSS
@@ -124,6 +126,22 @@ def _read_rllib(path: str) -> int:
     return int(sum(b["steps"].sum() for b in ds.iter_batches(batch_size=None)))
 
 
+def _decode_rllib(path: str) -> int:
+    import glob
+
+    import pyarrow.parquet as pq
+
+    files = sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True))
+    return sum(int(_rllib_decode({"item": pq.read_table(f).column("item").to_pylist()})["steps"]
+                   .sum()) for f in files)  # fmt: skip
+
+
+def _decode_ours(path: str) -> int:
+    from envrunners.offline.parquet_reader import read_parquet_episodes
+
+    return sum(len(ep) for ep in read_parquet_episodes(path))
+
+
 def _ours_config(path: str) -> object:
     from envrunners.algorithms.ppo import PPOConfig
 
@@ -218,6 +236,7 @@ def run(target: str, repeats: int = 3, total: int = TOTAL_STEPS):
     out = os.path.join(root, "out")
     write = _write_ours if target == "envrunners" else _write_rllib
     read = _read_ours if target == "envrunners" else _read_rllib
+    decode = _decode_ours if target == "envrunners" else _decode_rllib
 
     def write_once() -> int:
         shutil.rmtree(out, ignore_errors=True)
@@ -229,8 +248,14 @@ def run(target: str, repeats: int = 3, total: int = TOTAL_STEPS):
         assert steps == total, (steps, total)
         return steps
 
+    def decode_once() -> int:
+        steps = decode(out)
+        assert steps == total, (steps, total)
+        return steps
+
     try:
-        for variant, fn in (("write", write_once), ("read", read_once)):
+        variants = (("write", write_once), ("decode", decode_once), ("read", read_once))
+        for variant, fn in variants:
             stats = median_rate(fn, repeats=repeats)
             yield {
                 "workload": WORKLOAD,
