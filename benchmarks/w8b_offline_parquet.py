@@ -213,6 +213,7 @@ def _read_two_consumers(root: str) -> dict:
         "steps_per_s": total / seconds,
         "seconds": seconds,
         "consumer_steps": counts,
+        "dataset_steps": copies * per_copy,
         "file_mb": _dir_mb(path),
         "driver_rss_mb_before": rss_before / 1e6,
         "driver_rss_mb_peak": peak[0] / 1e6,

@@ -49,7 +49,7 @@ def test_two_consumers_see_every_row_exactly_once(ray_session, dataset):
     expected = [(e, o.tobytes()) for b in read_parquet_batches(path)
                 for e, o in zip(b["eps_id"], b["obs"], strict=True)]  # fmt: skip
     assert len(expected) == 8 * 60 == len(set(expected))
-    shards = OfflineData(_config(path, mode == "episodes")).sample(16, num_shards=2, equal=True)
+    shards = OfflineData(_config(path, mode == "episodes")).sample(16, num_shards=2)
     seen: list[list] = [[], []]
 
     def consume(i):

@@ -8,10 +8,12 @@ batches or, with ``num_shards > 1``, one streaming iterator per consumer
 (``Dataset.streaming_split``). Nothing is materialized unless
 ``materialize_mapped_data``-style calls are made by the user; memory stays bounded.
 
-Difference from RLlib: shards are split with ``equal=False`` so the consumers
-together see every row exactly once (RLlib's ``equal=True`` may drop rows to even
-out the shards); pass ``equal=True`` to ``sample`` for RLlib's behaviour. Batches are
-``MultiAgentBatch`` es of steps (no learner connector runs here).
+Shards are split as RLlib splits them (``streaming_split(n, equal=True)``): each
+consumer gets the same number of rows and no row twice; Ray may drop rows at the
+end to even the shards out.
+``sample(..., equal=False)`` keeps every row but lets Ray hand a consumer that asks
+first all of a small dataset. Batches are ``MultiAgentBatch`` es of steps (no learner
+connector runs here).
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ class OfflineData:
         num_shards: int = 1,
         module_state: Any = None,
         *,
-        equal: bool = False,
+        equal: bool = True,
     ) -> Any:
         """Return the next batch of about ``num_samples`` steps, or streaming iterators.
 
@@ -146,7 +148,8 @@ class OfflineData:
             num_shards: With more than 1, return one iterator per consumer
                 (``streaming_split``); the consumers must read concurrently.
             module_state: Unused (RLlib passes its module's weights to the pre-learner).
-            equal: Give every shard the same number of rows (may drop rows).
+            equal: Give every shard the same number of rows (RLlib's split; Ray may
+                drop rows at the end to even them out).
 
         Returns:
             A ``MultiAgentBatch`` (``default_policy``), or a list of ``DataIterator``.
