@@ -15,6 +15,8 @@ from envrunners.errors import OfflineDataError, OfflineInputNotFoundError
 from envrunners.offline.cli_commands import _step_columns, detect_format, offline_convert
 
 minari = pytest.importorskip("minari")
+# Minari asks for author, e-mail, permalink... of every dataset it creates.
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:minari")
 
 RLLIB = os.path.join(os.path.dirname(__file__), "data", "rllib_offline")
 
