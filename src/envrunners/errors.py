@@ -18,7 +18,8 @@ value, what was expected and, where there is one, the fix::
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
     │   ├── OfflineInputNotFoundError(FileNotFoundError) an input path matches no file
     │   ├── UnencodableValueError(TypeError) a value to write is not plain data
-    │   └── PickleNotAllowedError    RLlib's pickled data read without ``allow_pickle``
+    │   ├── PickleNotAllowedError    RLlib's pickled data read without ``allow_pickle``
+    │   └── OfflineSchemaError       a Parquet file's columns are not the expected layout
     ├── CompressionError(ValueError) an array cannot be packed, or a string is no packed array
     ├── EnvRunnerError(RuntimeError) a remote runner failed or hung (runner_index)
     │   └── RemoteEnvRunnerError(ray.exceptions.RayError) such a fault as the group
@@ -71,6 +72,7 @@ __all__ = [
     "MultiAgentEnvError",
     "OfflineDataError",
     "OfflineInputNotFoundError",
+    "OfflineSchemaError",
     "PickleNotAllowedError",
     "RemoteEnvRunnerError",  # noqa: F822 - built on first use (module __getattr__)
     "SpaceError",
@@ -389,3 +391,14 @@ def __getattr__(name: str) -> type:
         cls = globals()[name] = _remote_env_runner_error_class()
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# -- offline data (offline/): Parquet, Ray Data, Minari -------------------------------------
+
+
+class OfflineSchemaError(OfflineDataError):
+    """An offline file's columns do not have the layout expected; names the file and column."""
+
+    def __init__(self, message: str, *, path: str | None = None, column: str | None = None):
+        self.column = column
+        super().__init__(f"column {column!r}: {message}" if column else message, path=path)

@@ -232,14 +232,21 @@ class AlgorithmConfig:
         return self._update(MA, kwargs)
 
     def offline_data(self, **kwargs: Any) -> Self:
-        """Set where old-stack runners read experience from and write it to.
+        """Set where runners read experience from and write it to.
 
         Args:
             **kwargs: ``input_`` (``"sampler"``, paths, a dict of input -> probability,
                 or a callable), ``input_config``, ``actions_in_input_normalized``,
                 ``postprocess_inputs``, ``shuffle_buffer_size``, ``output``,
                 ``output_config``, ``output_compress_columns``, ``output_max_file_size``,
-                ``offline_sampling``.
+                ``offline_sampling``; new stack (``OfflineData``,
+                ``OfflineSingleAgentEnvRunner``, Parquet): ``input_read_method``,
+                ``input_read_method_kwargs``, ``input_read_episodes``,
+                ``input_read_batch_size``, ``input_compress_columns``,
+                ``map_batches_kwargs``, ``iter_batches_kwargs``,
+                ``dataset_num_iters_per_learner``, ``output_write_episodes``,
+                ``output_max_rows_per_file``, ``output_write_remaining_data``,
+                ``output_write_method``, ``output_write_method_kwargs``.
         """
         return self._update(OFF, kwargs)
 
