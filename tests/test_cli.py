@@ -506,6 +506,24 @@ def test_offline_subcommands_are_mounted(capsys, tmp_path):
     assert "SampleBatch=1" in out
 
 
+def test_offline_info_counts_a_malformed_record_and_goes_on(capsys, tmp_path):
+    """A parsable record of the wrong shape (a list where policy_batches' dict belongs)
+    is a corrupt line named by file and line, like an unparsable one; no crash."""
+    from envrunners.offline import JsonWriter
+    from envrunners.policy.sample_batch import SampleBatch
+
+    writer = JsonWriter(str(tmp_path))
+    writer.write(SampleBatch({"obs": np.zeros((3, 2), np.float32), "rewards": np.ones(3)}))
+    writer.close()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "MultiAgentBatch", "count": 5, "policy_batches": [1, 2]}\n')
+    code, out, err = _main(capsys, "offline", "info", str(tmp_path))
+    assert code == 0, err
+    assert "SampleBatch=1" in out and "MultiAgentBatch" not in out.split("errors")[0]
+    assert f"{bad}:1: AttributeError" in out
+    assert "env steps:    3" in out  # the bad record's count was not added
+
+
 def test_corrupt_offline_file_speaks_in_flags(capsys, tmp_path):
     """The reader's ``skip_corrupt=True`` hint reaches the user as ``--skip-corrupt``."""
     bad = tmp_path / "bad.json"

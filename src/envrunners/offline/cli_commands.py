@@ -110,40 +110,45 @@ def offline_info(path: str | list[str]) -> dict[str, Any]:
         for where, lineno, line in iter_lines(f):
             if not line.strip():
                 continue
+            # A record of the wrong shape (a list where a dict belongs, ...) is a corrupt
+            # line like an unparsable one: counted and named, never a crash.
+            step_counts = (info["env_steps"], info["agent_steps"])
             try:
-                rec = loads(line)
-                kind = rec["type"]
+                kind = _summarise_record(info, loads(line))
             except Exception as e:
+                info["env_steps"], info["agent_steps"] = step_counts
                 info["num_corrupt_lines"] += 1
                 if len(info["errors"]) < _MAX_ERRORS:
                     info["errors"].append(f"{where}:{lineno}: {type(e).__name__}: {e}")
                 continue
             records[kind] += 1
-            if kind == "SampleBatch":
-                n = _rows(rec)
-                info["env_steps"] += n
-                info["agent_steps"] += n
-                _add_columns(info["columns"], rec)
-            elif kind == "MultiAgentBatch":
-                info["env_steps"] += int(rec.get("count", 0))
-                for pid, cols in (rec.get("policy_batches") or {}).items():
-                    pol = info["policies"].setdefault(str(pid), {"agent_steps": 0, "columns": {}})
-                    n = _rows(cols)
-                    pol["agent_steps"] += n
-                    info["agent_steps"] += n
-                    _add_columns(pol["columns"], cols)
-            elif kind in ("SingleAgentEpisode", "MultiAgentEpisode"):
-                state = rec.get("state") or {}
-                t0, t1 = (
-                    ("t_started", "t")
-                    if kind == "SingleAgentEpisode"
-                    else ("env_t_started", "env_t")
-                )
-                n = int(state.get(t1, 0)) - int(state.get(t0, 0))
-                info["env_steps"] += n
-                info["agent_steps"] += n
     info["records"] = dict(records)
     return info
+
+
+def _summarise_record(info: dict[str, Any], rec: Any) -> str:
+    """Add one decoded record's steps, columns and policies to ``info``; return its type."""
+    kind = rec["type"]
+    if kind == "SampleBatch":
+        n = _rows(rec)
+        info["env_steps"] += n
+        info["agent_steps"] += n
+        _add_columns(info["columns"], rec)
+    elif kind == "MultiAgentBatch":
+        info["env_steps"] += int(rec.get("count", 0))
+        for pid, cols in (rec.get("policy_batches") or {}).items():
+            pol = info["policies"].setdefault(str(pid), {"agent_steps": 0, "columns": {}})
+            n = _rows(cols)
+            pol["agent_steps"] += n
+            info["agent_steps"] += n
+            _add_columns(pol["columns"], cols)
+    elif kind in ("SingleAgentEpisode", "MultiAgentEpisode"):
+        state = rec.get("state") or {}
+        t0, t1 = ("t_started", "t") if kind == "SingleAgentEpisode" else ("env_t_started", "env_t")
+        n = int(state.get(t1, 0)) - int(state.get(t0, 0))
+        info["env_steps"] += n
+        info["agent_steps"] += n
+    return str(kind)
 
 
 def format_info(info: dict[str, Any]) -> str:
