@@ -4,7 +4,7 @@
 imports): two walkers on a line, rewarded for meeting. The runner adapts it
 (``ParallelPettingZooEnv``) on its own; each agent gets its own default module
 through ``policy_mapping_fn``. Swap in any PettingZoo env, e.g.
-``pettingzoo.butterfly.pistonball_v6.parallel_env`` (needs its extras).
+``pettingzoo.butterfly.pistonball_v6.parallel_env`` (``pip install -e ".[pettingzoo]"``).
 
 Run: python examples/multi_agent_pettingzoo.py [--num-env-runners 2] [--timesteps 4000]
 """

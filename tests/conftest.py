@@ -11,14 +11,19 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A local Ray (2 CPUs, no dashboard) started once and shut down at the end."""
+    """A local Ray (2 CPUs, no dashboard) started once and shut down at the end.
+
+    Started the way envrunners starts one (``init_local_ray``: loopback only, token
+    auth), so the suite runs against what users get; test_ray_security checks it.
+    """
     import ray
+
+    from envrunners.env._ray_setup import init_local_ray
 
     started = False
     if not ray.is_initialized():
-        ray.init(
-            num_cpus=2,
-            include_dashboard=False,
+        init_local_ray(
+            2,
             ignore_reinit_error=True,
             log_to_driver=False,
             configure_logging=False,

@@ -46,6 +46,14 @@ class Actor(FaultAwareApply):
         return seconds
 
 
+class SlowStart(Actor):
+    """An ``Actor`` whose (re)start takes a second."""
+
+    def __init__(self, index: int):
+        time.sleep(1.0)
+        super().__init__(index)
+
+
 def call(actor, **_):
     return actor.call()
 
@@ -280,6 +288,52 @@ class TestHealth:
             assert mgr.num_healthy_actors() == 1
             assert mgr.probe_unhealthy_actors(2.0, mark_healthy=True) == [1]
             assert mgr.num_healthy_actors() == 2 and mgr.total_num_restarts() == 1
+        finally:
+            mgr.clear()
+
+    def test_probe_waits_for_an_actor_ray_is_restarting(self, ray_session):
+        """As in RLlib, one probe with a timeout restores an actor that comes back within it."""
+        cls = ray_session.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(SlowStart)
+        actors = [cls.remote(i) for i in range(2)]
+        ray_session.get([a.ping.remote() for a in actors])
+        mgr = FaultTolerantActorManager(actors=actors)
+        try:
+            ray_session.kill(actors[1], no_restart=False)
+            assert wait_until(lambda: not list(mgr.foreach_actor(call, remote_actor_ids=[1]))[0].ok)
+            assert mgr.healthy_actor_ids() == [0]
+            start = time.monotonic()
+            assert mgr.probe_unhealthy_actors(20.0, mark_healthy=True) == [1]
+            assert time.monotonic() - start >= 0.5  # it did wait for the 1 s start-up
+            assert mgr.healthy_actor_ids() == [0, 1] and mgr.total_num_restarts() == 1
+            # A dead actor is not waited for.
+            ray_session.kill(actors[1], no_restart=True)
+            assert wait_until(lambda: not list(mgr.foreach_actor(call, remote_actor_ids=[1]))[0].ok)
+            start = time.monotonic()
+            assert mgr.probe_unhealthy_actors(20.0, mark_healthy=True) == []
+            assert time.monotonic() - start < 5.0
+        finally:
+            mgr.clear()
+
+    def test_late_actor_is_out_at_once_and_killed_after_the_limit(self, ray_session):
+        mgr = make_manager(ray_session, n=2, max_consecutive_timeouts=2, unhealthy_on_timeout=True)
+        try:
+            slow = [{"seconds": 0.0}, {"seconds": 60.0}]
+            res = mgr.foreach_actor("slow", kwargs=slow, timeout_seconds=0.5)
+            assert [r.actor_id for r in res] == [0]
+            assert mgr.healthy_actor_ids() == [0] and mgr.late_actor_ids() == [1]
+            assert len(mgr.check_late_calls()) == 0 and mgr.take_hung_actor_kills() == []
+            assert wait_until(lambda: not mgr.check_late_calls() and mgr.num_hung_actor_kills())
+            assert mgr.take_hung_actor_kills() == [1] and mgr.late_actor_ids() == []
+            # A late call that returns within the limit (2 x 0.7 s) is handed back; its
+            # actor stays out until restored.
+            res = mgr.foreach_actor(
+                "slow", kwargs=[{"seconds": 1.0}], remote_actor_ids=[0], timeout_seconds=0.7
+            )
+            assert len(res) == 0 and mgr.late_actor_ids() == [0]
+            late: list = []
+            assert wait_until(lambda: late.extend(mgr.check_late_calls()) or late)
+            assert [(r.actor_id, r.get()) for r in late] == [(0, 1.0)]
+            assert not mgr.is_actor_healthy(0) and mgr.num_hung_actor_kills() == 1
         finally:
             mgr.clear()
 

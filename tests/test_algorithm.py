@@ -16,6 +16,7 @@ from envrunners.algorithms.algorithm import Algorithm
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.algorithms.pg import PG, PGConfig
 from envrunners.algorithms.ppo import PPO, PPOConfig
+from envrunners.env.multi_agent_env import make_multi_agent
 from envrunners.errors import ConfigError, EnvRunnersError
 
 
@@ -100,6 +101,9 @@ def test_pg_config_builds_pg_and_trains():
 def test_base_config_without_an_algorithm_class_is_refused():
     with pytest.raises(ConfigError, match="names no algorithm class"):
         AlgorithmConfig().environment("CartPole-v1").build_algo()
+    # RLlib 2.60 raises TypeError here ('NoneType' object is not callable).
+    with pytest.raises(TypeError, match="PPOConfig"):
+        AlgorithmConfig().environment("CartPole-v1").build_algo()
 
 
 def test_remote_learners_are_refused_with_a_config_error():
@@ -110,6 +114,9 @@ def test_remote_learners_are_refused_with_a_config_error():
 def test_gpus_on_a_machine_without_them_are_refused(monkeypatch):
     monkeypatch.setattr(algorithm_module, "_cuda_available", lambda: False)
     with pytest.raises(ConfigError, match="GPU"):
+        _config().learners(num_gpus_per_learner=1).build_algo()
+    monkeypatch.setattr(algorithm_module, "_cuda_available", lambda: True)
+    with pytest.raises(ConfigError, match="learners train on the CPU"):
         _config().learners(num_gpus_per_learner=1).build_algo()
 
 
@@ -297,3 +304,321 @@ def test_rllib_script_example_solves_cartpole_and_restores_the_greedy_return():
     assert "solved CartPole-v1" in proc.stdout, proc.stdout[-2000:]
     greedy, restored = proc.stdout.split("greedy return ")[1].split("; restored from ")
     assert float(greedy) == float(restored.rsplit(": ", 1)[1])
+
+
+# ---------------------------------------------------------------------- multi-agent
+MultiAgentCartPole = make_multi_agent("CartPole-v1")
+
+
+def _ma_config(num_env_runners: int = 0) -> PPOConfig:
+    return (
+        PPOConfig()
+        .environment(MultiAgentCartPole, env_config={"num_agents": 2})
+        .env_runners(num_env_runners=num_env_runners, rollout_fragment_length="auto")
+        .training(train_batch_size=200, minibatch_size=100, num_epochs=1)
+        .rl_module(model_config={"fcnet_hiddens": [16]})
+        .multi_agent(
+            policies={"p0", "p1"},
+            policy_mapping_fn=lambda agent_id, episode, **kwargs: f"p{agent_id}",
+            policies_to_train=["p0"],
+        )
+        .debugging(seed=0)
+    )
+
+
+def test_multi_agent_two_policies_train_on_remote_runners_with_rllib_keys(ray_session, tmp_path):
+    algo = _ma_config(num_env_runners=1).build_algo()
+    try:
+        before = algo.get_weights()
+        algo.train()
+        result = algo.train()
+        runners, learners = result["env_runners"], result["learners"]
+        assert {str(a) for a in runners["agent_episode_returns_mean"]} == {"0", "1"}
+        assert set(runners["module_episode_returns_mean"]) == {"p0", "p1"}
+        assert set(runners["num_module_steps_sampled"]) == {"p0", "p1"}
+        assert runners["num_env_steps_sampled_lifetime"] == 400
+        assert set(learners) == {"p0", "p1", "__all_modules__"}
+        trained = learners["p0"]
+        for key in ("policy_loss", "vf_loss", "mean_kl_loss", "num_module_steps_trained"):
+            assert math.isfinite(trained[key]), key
+        # p1 is not in policies_to_train: RLlib reports only its schedules.
+        assert "policy_loss" not in learners["p1"]
+        assert "default_optimizer_learning_rate" in learners["p1"]
+        assert learners["__all_modules__"]["num_env_steps_trained"] == 200
+        after = algo.get_weights()
+        assert not _same_weights({"p0": before["p0"]}, {"p0": after["p0"]})
+        assert _same_weights({"p1": before["p1"]}, {"p1": after["p1"]})
+        # The remote runner acts with the learner's p0 weights.
+        remote = algo.env_runner_group.foreach_env_runner(
+            lambda runner: runner.module["p0"].get_state(inference_only=True),
+            local_env_runner=False,
+        )[0]
+        expected = algo.learner.learners["p0"].module.get_state(inference_only=True)
+        assert _same_weights(remote, expected)
+        assert algo.get_module("p0") is not None and algo.get_module("p2") is None
+        path = algo.save_to_path(tmp_path / "ma")
+    finally:
+        algo.stop()
+    fresh = _ma_config().debugging(seed=5).build_algo()
+    try:
+        fresh.restore_from_path(path)
+        assert _same_weights(fresh.get_weights(), after)
+        assert fresh.training_iteration == 2
+        assert fresh.train()["training_iteration"] == 3
+    finally:
+        fresh.stop()
+    with pytest.raises(ConfigError, match="restore_from_path"):
+        Algorithm.from_checkpoint(path)
+
+
+def test_multi_agent_shared_policy_learns():
+    """Both agents of a 2-agent CartPole share one module: the return rises clearly."""
+    config = (
+        PPOConfig()
+        .environment(MultiAgentCartPole, env_config={"num_agents": 2})
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4, rollout_fragment_length="auto")
+        .training(
+            train_batch_size=1000,
+            minibatch_size=256,
+            num_epochs=6,
+            lr=3e-4,
+            lambda_=0.95,
+            vf_loss_coeff=0.5,
+            vf_clip_param=float("inf"),
+            use_kl_loss=False,
+        )
+        .rl_module(model_config={"fcnet_hiddens": [64, 64]})
+        .multi_agent(policies={"shared"}, policy_mapping_fn=lambda aid, ep, **kw: "shared")
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    try:
+        returns = [
+            algo.train()["env_runners"]["module_episode_returns_mean"]["shared"] for _ in range(10)
+        ]
+    finally:
+        algo.stop()
+    assert returns[-1] > max(100.0, 2 * returns[0]), returns
+
+
+# ---------------------------------------------------------------------- old API stack
+def _old_stack(config: AlgorithmConfig) -> AlgorithmConfig:
+    return config.api_stack(
+        enable_rl_module_and_learner=False, enable_env_runner_and_connector_v2=False
+    )
+
+
+def test_old_stack_ppo_trains_with_rllib_old_keys_and_checkpoints(ray_session, tmp_path):
+    config = _old_stack(
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=1, observation_filter="MeanStdFilter")
+        .training(train_batch_size=200, minibatch_size=50, num_epochs=1)
+        .evaluation(evaluation_interval=2, evaluation_duration=2)
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    try:
+        assert algo.get_module() is None and algo.get_policy() is not None
+        algo.train()
+        result = algo.train()
+        runners = result["env_runners"]
+        for key in ("episode_reward_mean", "episode_reward_min", "episode_len_mean"):
+            assert math.isfinite(runners[key]), key
+        assert runners["episode_return_mean"] == runners["episode_reward_mean"]
+        assert "default_policy" in runners["policy_reward_mean"]
+        assert runners["episodes_this_iter"] == runners["num_episodes"] > 0
+        info = result["info"]["learner"]["default_policy"]
+        stats = ("total_loss", "policy_loss", "vf_loss", "kl", "cur_kl_coeff", "cur_lr")
+        for key in (*stats, "vf_explained_var"):
+            assert math.isfinite(info["learner_stats"][key]), key
+        assert info["num_agent_steps_trained"] == 200
+        assert info["diff_num_grad_updates_vs_sampler_policy"] == 1.5  # 4 minibatches
+        assert result["counters"]["num_env_steps_sampled"] == 400
+        assert result["num_env_steps_sampled_this_iter"] == 200
+        assert result["timesteps_total"] == result["num_env_steps_trained"] == 400
+        assert result["timers"]["learn_time_ms"] > 0
+        assert result["evaluation"]["env_runners"]["num_episodes"] >= 2
+        path = algo.save_to_path(tmp_path / "old")
+        weights = algo.get_weights()
+        # The remote worker's filter statistics reached the driver's filter.
+        filter_state = algo.env_runner.filters["default_policy"].get_state()
+        assert filter_state["running_stats"]["num_pushes"] >= 400
+    finally:
+        algo.stop()
+    restored = config.copy().env_runners(num_env_runners=0).build_algo()  # no 2nd actor
+    try:
+        restored.restore_from_path(path)
+        assert restored.training_iteration == 2
+        assert _same_weights(restored.get_weights(), weights)
+        assert _same_weights(
+            restored.env_runner.filters["default_policy"].get_state(), filter_state
+        )
+        assert restored.train()["counters"]["num_env_steps_sampled"] == 600
+    finally:
+        restored.stop()
+
+
+def test_old_stack_pg_builds_its_policy_trains_and_comes_back_from_a_checkpoint(tmp_path):
+    config = _old_stack(
+        PGConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
+    ).training(train_batch_size=100)
+    algo = config.build_algo()
+    try:
+        assert type(algo.get_policy()).__name__ == "PGTorchPolicy"
+        info = algo.train()["info"]["learner"]["default_policy"]["learner_stats"]
+        assert math.isfinite(info["policy_loss"])
+        path = algo.save_to_path(tmp_path / "pg")
+        weights = algo.get_weights()
+    finally:
+        algo.stop()
+    restored = Algorithm.from_checkpoint(path)
+    try:
+        assert type(restored) is PG and restored.training_iteration == 1
+        assert _same_weights(restored.get_weights(), weights)
+    finally:
+        restored.stop()
+
+
+# ---------------------------------------------------------------------- algorithm-level keys
+def test_min_timesteps_per_iteration_repeat_the_training_step():
+    config = _config().training(train_batch_size=100, minibatch_size=50, num_epochs=1)
+    algo = config.reporting(min_sample_timesteps_per_iteration=250).build_algo()
+    try:
+        result = algo.train()
+        assert result["num_training_step_calls_per_iteration"] == 3
+        assert result["num_env_steps_sampled_lifetime"] == 300
+        assert result["env_runners"]["num_env_steps_sampled"] == 300
+        assert result["learners"]["__all_modules__"]["num_env_steps_trained"] == 300
+    finally:
+        algo.stop()
+    algo = config.reporting(
+        min_sample_timesteps_per_iteration=0, min_train_timesteps_per_iteration=150
+    ).build_algo()
+    try:
+        assert algo.train()["num_training_step_calls_per_iteration"] == 2
+    finally:
+        algo.stop()
+    algo = config.reporting(
+        min_train_timesteps_per_iteration=0, min_time_s_per_iteration=0.3
+    ).build_algo()
+    try:
+        result = algo.train()
+        assert result["time_this_iter_s"] >= 0.3
+        assert result["num_training_step_calls_per_iteration"] >= 1
+    finally:
+        algo.stop()
+
+
+class _AlgoCallbacks:
+    """Records the algorithm-level events (a runner instantiates its own copy)."""
+
+    events: list = []
+
+    def on_algorithm_init(self, *, algorithm, metrics_logger, **kwargs):
+        self.events.append(("init", algorithm.iteration))
+        metrics_logger.log_value("my_init_metric", 1.0)
+
+    def on_train_result(self, *, algorithm, metrics_logger, result, **kwargs):
+        self.events.append(("train_result", result["training_iteration"]))
+        result["my_key"] = 42
+
+    def on_evaluate_start(self, *, algorithm, metrics_logger, **kwargs):
+        self.events.append(("evaluate_start", algorithm.iteration))
+
+    def on_evaluate_end(self, *, algorithm, metrics_logger, evaluation_metrics, **kwargs):
+        self.events.append(("evaluate_end", "env_runners" in evaluation_metrics))
+
+    def on_checkpoint_loaded(self, *, algorithm, **kwargs):
+        self.events.append(("checkpoint_loaded", algorithm.iteration))
+
+
+def test_algorithm_level_callbacks_fire_where_rllib_fires_them(tmp_path):
+    _AlgoCallbacks.events = []
+    seen = []
+    config = _config(evaluation_interval=1, evaluation_duration=1).callbacks(
+        _AlgoCallbacks, on_train_result=lambda **kw: seen.append(kw["result"]["my_key"])
+    )
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+        assert result["my_key"] == 42 and seen == [42]
+        assert result["my_init_metric"] == 1.0  # logged on the algorithm's metrics_logger
+        path = algo.save_to_path(tmp_path / "cb")
+        algo.restore_from_path(path)
+    finally:
+        algo.stop()
+    assert _AlgoCallbacks.events == [
+        ("init", 0),
+        ("evaluate_start", 1),
+        ("evaluate_end", True),
+        ("train_result", 1),
+        ("checkpoint_loaded", 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda c: c.env_runners(exploration_config={"type": "EpsilonGreedy"}),
+            "exploration_config can not be set",
+        ),
+        (
+            lambda c: _old_stack(c).env_runners(exploration_config={"type": "EpsilonGreedy"}),
+            "not supported on the old stack",
+        ),
+        (
+            lambda c: c.env_runners(add_default_connectors_to_env_to_module_pipeline=False),
+            "add_default_connectors_to_env_to_module_pipeline=False",
+        ),
+        (
+            lambda c: c.training(add_default_connectors_to_learner_pipeline=False),
+            "add_default_connectors_to_learner_pipeline=False",
+        ),
+        (lambda c: c.api_stack(enable_rl_module_and_learner=False), "hybrid API stack"),
+        (lambda c: c.offline_data(input_="/tmp/some/episodes"), "no offline learning"),
+    ],
+)
+def test_keys_algorithm_cannot_honour_are_refused(change, message):
+    with pytest.raises(ConfigError, match=message):
+        change(_config()).build_algo()
+
+
+def test_module_to_env_default_connectors_flag_is_used():
+    config = (
+        PPOConfig()
+        .environment("Pendulum-v1")
+        .env_runners(
+            num_env_runners=0,
+            rollout_fragment_length="auto",
+            add_default_connectors_to_module_to_env_pipeline=False,
+        )
+        .training(train_batch_size=64, minibatch_size=64, num_epochs=1)
+    )
+    algo = config.build_algo()
+    try:
+        assert len(algo.env_runner._module_to_env) == 0  # no NormalizeAndClipActions
+        algo.train()
+    finally:
+        algo.stop()
+
+
+# ---------------------------------------------------------------------- docs
+def test_coming_from_rllib_page_script_runs(capsys):
+    """The envrunners script of docs/coming_from_rllib.md, 2 iterations, in-process runners."""
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "coming_from_rllib.md"
+    text = page.read_text()
+    script = text.split("<!-- envrunners-script -->\n```python\n", 1)[1].split("```", 1)[0]
+    rllib = text.split("```python\n", 1)[1].split("```", 1)[0]
+    # Only the imports differ from the RLlib script above it.
+    assert rllib.replace("ray.rllib.", "envrunners.") == script
+    short = script.replace("NUM_ITERATIONS = 20", "NUM_ITERATIONS = 2").replace(
+        "num_env_runners=2", "num_env_runners=0"
+    )
+    assert short != script
+    exec(compile(short, str(page), "exec"), {"__name__": "__docs__"})
+    out = capsys.readouterr().out
+    assert "greedy return" in out and "restored at iteration 2" in out

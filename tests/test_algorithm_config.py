@@ -277,8 +277,9 @@ def test_kwarg_of_another_builder_names_the_right_one():
 
 
 def test_out_of_scope_rllib_keys_say_so():
-    with pytest.raises(ConfigError, match="'input_read_method'.*not supported by envrunners"):
-        AlgorithmConfig().offline_data(input_read_method="read_json")
+    # (input_read_method is supported since issue 20: OfflineData reads Parquet via Ray Data)
+    with pytest.raises(ConfigError, match="'input_filesystem'.*not supported by envrunners"):
+        AlgorithmConfig().offline_data(input_filesystem="s3")
 
 
 def test_tensorflow_only_options_warn_and_are_ignored():

@@ -10,6 +10,7 @@ and checks that every process it spawned is gone.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -57,6 +58,11 @@ def run_cli(
     )
 
 
+def run_settings(run_dir: Path) -> dict:
+    """The settings a train run wrote beside its checkpoint (``run.json``)."""
+    return json.loads((run_dir / "run.json").read_text())
+
+
 def read_csv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -64,10 +70,10 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """One tiny in-process training run (>= 2 iterations)."""
+    """One tiny in-process training run (>= 2 iterations), with two loggers (repeated flag)."""
     out = tmp_path_factory.mktemp("train") / "run"
     proc = run_cli("train", "--env", "CartPole-v1", *TINY, "--stop-timesteps", "500",
-                   "--out", str(out))  # fmt: skip
+                   "--out", str(out), "--logger", "csv", "--logger", "tensorboard")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     return out
@@ -84,14 +90,36 @@ def test_train_writes_csv_png_and_checkpoint(trained):
     png = (trained / "learning_curve.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
     state, meta = load_state(trained / "checkpoint")  # plain JSON + npz, no pickle
-    assert meta["format"] == "envrunners-train-checkpoint" and meta["env"] == "CartPole-v1"
-    assert state["progress"]["iteration"] == len(rows)
-    assert state["progress"]["env_steps"] == steps[-1]
+    # Algorithm.save_to_path's format; the run's settings sit beside it in run.json.
+    assert meta["format"] == "envrunners-algorithm-checkpoint"
+    assert meta["config"]["env"] == "CartPole-v1" == run_settings(trained)["env"]
+    assert state["progress"]["training_iteration"] == len(rows)
+    assert state["progress"]["num_env_steps_sampled_lifetime"] == steps[-1]
     assert state["learner"]["weights_seq_no"] == len(rows)
     assert any(k.startswith("vf") for k in state["learner"]["rl_module"])  # full learner module
     assert "exp_avg" in state["learner"]["optimizer"]
     assert "env_to_module_connector" in state["env_runner"]
     assert not list((trained / "checkpoint").glob("*.pkl"))
+
+
+def test_train_loggers_write_rllib_result_keys(trained):
+    """``--logger csv --logger tensorboard``: progress.csv and event files, RLlib's key names."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rows = read_csv(trained / "progress.csv")
+    assert len(rows) == len(read_csv(trained / "metrics.csv"))
+    for key in ("env_runners/episode_return_mean", "learners/default_policy/policy_loss",
+                "training_iteration", "num_env_steps_sampled_lifetime"):  # fmt: skip
+        assert key in rows[0]
+    assert not any(k.startswith("config") for k in rows[0])
+    events = EventAccumulator(str(trained))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    assert "env_runners/episode_return_mean" in scalars
+    assert "learners/default_policy/vf_loss" in scalars
+    steps = [e.step for e in events.Scalars("env_runners/episode_return_mean")]
+    assert steps == [int(r["training_iteration"]) for r in rows]
 
 
 def test_resume_continues_step_count(trained, tmp_path):
@@ -108,9 +136,9 @@ def test_resume_continues_step_count(trained, tmp_path):
     assert int(new[0]["iteration"]) == int(before[-1]["iteration"]) + 1
     assert int(new[0]["env_steps"]) > int(before[-1]["env_steps"])
     state, _ = load_state(run / "checkpoint")
-    assert state["progress"]["env_steps"] == int(rows[-1]["env_steps"]) >= 1000
+    assert state["progress"]["num_env_steps_sampled_lifetime"] == int(rows[-1]["env_steps"]) >= 1000
     assert state["learner"]["weights_seq_no"] == old_state["learner"]["weights_seq_no"] + len(new)
-    assert state["run"]["num_envs_per_env_runner"] == 4  # settings came from the checkpoint
+    assert run_settings(run)["num_envs_per_env_runner"] == 4  # settings came from the run
 
 
 def test_pg_trains_in_process(tmp_path):
@@ -119,6 +147,9 @@ def test_pg_trains_in_process(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Training PG on CartPole-v1" in proc.stdout
     assert (tmp_path / "pg" / "checkpoint" / "state.json").is_file()
+    if importlib.util.find_spec("tensorboard"):  # TensorBoard is the default logger
+        assert list((tmp_path / "pg").glob("events.out.tfevents.*"))
+        assert "TensorBoard: tensorboard --logdir" in proc.stdout
 
 
 def _marked_processes(marker: str) -> list[str]:
@@ -183,7 +214,7 @@ def test_ctrl_c_with_embedded_ray_keeps_checkpoint_and_stops_everything(tmp_path
     assert "Traceback" not in stderr
     state, _ = load_state(out / "checkpoint")
     rows = read_csv(out / "metrics.csv")
-    assert state["progress"]["iteration"] == len(rows) >= 1  # last finished iteration kept
+    assert state["progress"]["training_iteration"] == len(rows) >= 1  # last finished iteration kept
     assert (out / "learning_curve.png").is_file()
     deadline = time.monotonic() + 20
     while _marked_processes(marker) and time.monotonic() < deadline:
@@ -262,6 +293,19 @@ def _main(capsys, *argv: str) -> tuple[int, str, str]:
         (["bench", "--workloads", "W99"], "unknown workload(s) W99"),
         (["bench", "--repeats", "0"], "expected an integer >= 1"),
         (["nosuchcommand"], "invalid choice"),
+        (
+            ["train", "--env", "CartPole-v1", "--num-env-runner", "2"],
+            "envrunners train: error: unknown flag --num-env-runner; did you mean --num-env-runners?",
+        ),
+        (["train", "--env", "CartPole-v1", "--stop-time", "5"], "unknown flag --stop-time"),
+        (["sample", "--env", "CartPole-v1", "--time=5"], "unknown flag --time; did you mean"),
+        (["offline", "info", "x", "--jsn"], "unknown flag --jsn; did you mean --json?"),
+        (
+            ["train", "--env", "CartPole-v1", "--logger", "tensorbord"],
+            "unknown logger 'tensorbord'; did you mean tensorboard?",
+        ),
+        (["train", "--env", "CartPole-v1", "--logger", "csv,none"], "'none' cannot be combined"),
+        (["train", "--env", "CartPole-v1", "--config", "/no/such.yaml"], "no such file"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(capsys, argv, message):
@@ -291,6 +335,89 @@ def test_resume_needs_a_checkpoint(capsys, tmp_path):
     assert code == 2 and "no envrunners train checkpoint there" in err
     code, _, err = _main(capsys, "sample", "--env", "CartPole-v1", "--checkpoint", str(tmp_path))
     assert code == 2 and "no envrunners train checkpoint" in err
+    assert "--checkpoint" in err and "--resume" not in err
+
+
+def _one_line_usage_error(code: int, err: str) -> None:
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_checkpoints_are_one_line_errors(capsys, tmp_path, trained):
+    from envrunners.utils.checkpoints import save_state
+
+    old = tmp_path / "old"  # a run of the CLI before it trained through Algorithm
+    save_state(old / "checkpoint", {"progress": {}}, {"format": "envrunners-train-checkpoint"})
+    code, _, err = _main(capsys, "train", "--resume", str(old))
+    _one_line_usage_error(code, err)
+    assert "written by an older envrunners train" in err and "start a new run" in err
+    broken = tmp_path / "broken"
+    shutil.copytree(trained, broken)
+    (broken / "checkpoint" / "arrays.npz").write_bytes(b"not a zip file")
+    for argv in (["train", "--resume", str(broken)],
+                 ["sample", "--env", "CartPole-v1", "--checkpoint", str(broken)]):  # fmt: skip
+        code, _, err = _main(capsys, *argv)
+        _one_line_usage_error(code, err)
+        assert "cannot read the checkpoint" in err and argv[-2] in err
+    (broken / "checkpoint" / "arrays.npz").write_bytes(
+        (trained / "checkpoint" / "arrays.npz").read_bytes()
+    )
+    (broken / "run.json").write_text("{not json")
+    code, _, err = _main(capsys, "train", "--resume", str(broken))
+    _one_line_usage_error(code, err)
+    assert "cannot read run.json" in err
+    (broken / "run.json").write_text((trained / "run.json").read_text())
+    code, _, err = _main(capsys, "train", "--resume", str(broken), "--hidden", "32")
+    _one_line_usage_error(code, err)
+    assert "--hidden 32 differs from the resumed run's --hidden 64,64" in err
+    code, _, err = _main(capsys, "train", "--resume", str(broken), "--algo", "pg")
+    _one_line_usage_error(code, err)
+    assert "--algo pg differs from the resumed run's --algo ppo" in err
+
+
+def _config_settings(tmp_path: Path, name: str, text: str, *flags: str):
+    from envrunners._cli import train
+
+    file = tmp_path / name
+    file.write_text(text)
+    args = cli.build_parser().parse_args(["train", "--env", "CartPole-v1", "--config", str(file),
+                                          "--out", str(tmp_path / "out"), *flags])  # fmt: skip
+    run, _, _ = train._settings(args)
+    return run, train.build_config(run)
+
+
+def test_config_file_sets_any_field_and_flags_win(tmp_path):
+    yaml_text = "lr: 0.001\nentropy_coeff: 0.01\ntrain_batch_size: 512\nlambda: 0.9\n"
+    run, config = _config_settings(tmp_path, "c.yaml", yaml_text, "--num-envs-per-env-runner", "4")
+    assert (config.lr, config.entropy_coeff, config.train_batch_size) == (0.001, 0.01, 512)
+    assert config.lambda_ == 0.9
+    assert config.rollout_fragment_length == 64  # refitted: 512 steps / (2 runners x 4 envs)
+    assert run["config_overrides"]["entropy_coeff"] == 0.01  # kept for --resume (run.json)
+    toml_text = 'lr = 0.001\nobservation_filter = "MeanStdFilter"\n'
+    run, config = _config_settings(tmp_path, "c.toml", toml_text, "--lr", "0.002")
+    assert config.lr == 0.002 and run["lr"] == 0.002  # the flag wins over the file
+    assert config.observation_filter == "MeanStdFilter" == run["obs_filter"]
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("c.yaml", "lrr: 0.1\n", "Unknown option 'lrr' for --config"),
+        ("c.yaml", "lrr: 0.1\n", "Did you mean 'lr'?"),
+        ("c.toml", "train_batch_size = -3\n", "train_batch_size must be an int > 0, got -3"),
+        ("c.yaml", "- lr\n- 0.1\n", "expected a mapping of AlgorithmConfig fields, got list"),
+        ("c.yaml", "lr: [0.1\n", "cannot parse it"),
+        ("c.toml", "lr = \n", "cannot parse it"),
+        ("c.ini", "lr = 0.1\n", "expected a .yaml, .yml or .toml file"),
+    ],
+)
+def test_bad_config_file_is_one_line_and_exit_code_2(capsys, tmp_path, name, text, message):
+    file = tmp_path / name
+    file.write_text(text)
+    code, _, err = _main(capsys, "train", "--env", "CartPole-v1", "--config", str(file),
+                         "--out", str(tmp_path / "out"))  # fmt: skip
+    _one_line_usage_error(code, err)
+    assert message in err
 
 
 def test_resume_refuses_a_different_env(capsys, trained):
@@ -307,6 +434,16 @@ def test_checkpoint_of_another_env_does_not_fit(capsys, trained):
 def test_debug_shows_the_traceback(capsys):
     code, _, err = _main(capsys, "train", "--env", "CartPol-v1", "--debug")
     assert code == 2 and "Traceback" in err and "did you mean 'CartPole-v1'" in err
+
+
+def test_unregistered_ale_id_names_the_module_form():
+    """A fresh process (ale_py not imported yet): ``ALE/...`` is not a gymnasium id there."""
+    proc = run_cli("sample", "--env", "ALE/Pong-v5", "--multi-agent")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "envrunners sample: error: unknown env 'ALE/Pong-v5': ALE ids are registered by the "
+        "ale_py package; --env ale_py:ALE/Pong-v5 imports it first (pip install ale-py)"
+    ]
 
 
 def test_console_script_bad_env_exit_code():
@@ -367,6 +504,35 @@ def test_offline_subcommands_are_mounted(capsys, tmp_path):
     code, out, err = _main(capsys, "offline", "info", str(tmp_path))
     assert code == 0, err
     assert "SampleBatch=1" in out
+
+
+def test_offline_info_counts_a_malformed_record_and_goes_on(capsys, tmp_path):
+    """A parsable record of the wrong shape (a list where policy_batches' dict belongs)
+    is a corrupt line named by file and line, like an unparsable one; no crash."""
+    from envrunners.offline import JsonWriter
+    from envrunners.policy.sample_batch import SampleBatch
+
+    writer = JsonWriter(str(tmp_path))
+    writer.write(SampleBatch({"obs": np.zeros((3, 2), np.float32), "rewards": np.ones(3)}))
+    writer.close()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "MultiAgentBatch", "count": 5, "policy_batches": [1, 2]}\n')
+    code, out, err = _main(capsys, "offline", "info", str(tmp_path))
+    assert code == 0, err
+    assert "SampleBatch=1" in out and "MultiAgentBatch" not in out.split("errors")[0]
+    assert f"{bad}:1: AttributeError" in out
+    assert "env steps:    3" in out  # the bad record's count was not added
+
+
+def test_corrupt_offline_file_speaks_in_flags(capsys, tmp_path):
+    """The reader's ``skip_corrupt=True`` hint reaches the user as ``--skip-corrupt``."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "SampleBatch", "obs": 3\n')
+    code, _, err = _main(capsys, "offline", "convert", str(bad), "--to", "json",
+                         "--out", str(tmp_path / "out"))  # fmt: skip
+    _one_line_usage_error(code, err)
+    assert "corrupt record" in err and "Pass --skip-corrupt to skip" in err
+    assert "skip_corrupt" not in err
 
 
 def test_help_lists_the_commands(capsys):

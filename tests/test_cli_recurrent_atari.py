@@ -13,9 +13,9 @@ import pytest
 
 from envrunners import cli
 from envrunners._cli import atari_env, train
-from envrunners._cli.train_checkpoint import save_checkpoint
-from envrunners.utils.checkpoints import load_state
-from test_cli import _main, read_csv, run_cli
+from envrunners._cli.train_checkpoint import save_run_settings
+from envrunners.utils.checkpoints import load_state, save_state
+from test_cli import _main, read_csv, run_cli, run_settings
 
 pytest.importorskip("ale_py")
 
@@ -48,11 +48,13 @@ def test_lstm_flags_reach_the_model_config(tmp_path):
 
 
 def _fake_run(tmp_path: Path, **run) -> Path:
-    """A run directory whose checkpoint holds only the settings (enough for ``_settings``)."""
+    """A run directory with its settings and a stub checkpoint (enough for ``_settings``)."""
     out = tmp_path / "run"
     out.mkdir(parents=True)
     settings = {**train.DEFAULTS, "env": "envrunners/StatelessCartPole-v1", **run}
-    save_checkpoint(out, {"progress": {"iteration": 1}}, settings)
+    save_run_settings(out, settings)
+    save_state(out / "checkpoint", {"progress": {"training_iteration": 1}},
+               {"format": "envrunners-algorithm-checkpoint"})  # fmt: skip
     return out
 
 
@@ -67,10 +69,13 @@ def test_resume_keeps_the_lstm_settings(tmp_path):
 def test_resume_refuses_another_network(capsys, tmp_path):
     out = _fake_run(tmp_path, use_lstm=True, lstm_cell_size=16)
     code, _, err = _main(capsys, "train", "--resume", str(out), "--lstm-cell-size", "32")
-    assert code == 2 and "lstm_cell_size=32 differs from the resumed run's lstm_cell_size=16" in err
+    assert (
+        code == 2
+        and "--lstm-cell-size 32 differs from the resumed run's --lstm-cell-size 16" in err
+    )
     plain = _fake_run(tmp_path / "p", use_lstm=False)
     code, _, err = _main(capsys, "train", "--resume", str(plain), "--use-lstm")
-    assert code == 2 and "use_lstm=True differs from the resumed run's use_lstm=False" in err
+    assert code == 2 and "--use-lstm differs from the resumed run's no --use-lstm" in err
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "x"])
@@ -87,7 +92,8 @@ def test_train_lstm_resume_and_sample(tmp_path):
     assert proc.stdout.startswith("Training PPO (LSTM policy) on envrunners/StatelessCartPole-v1")
     state, _ = load_state(out / "checkpoint")
     assert "lstm.weight_hh_l0" in state["learner"]["rl_module"]
-    assert (state["run"]["use_lstm"], state["run"]["lstm_cell_size"]) == (True, 16)
+    settings = run_settings(out)
+    assert (settings["use_lstm"], settings["lstm_cell_size"]) == (True, 16)
     rows = read_csv(out / "metrics.csv")
     assert len(rows) == 2 and rows[-1]["policy_loss"] and rows[-1]["vf_loss"]
     # Resume without the flags: the checkpoint's LSTM settings and weights carry on.
@@ -126,8 +132,8 @@ def test_train_pong_wraps_says_so_and_checkpoints(tmp_path):
     first = proc.stdout.splitlines()[0]
     assert first.startswith("Training PPO on ale_py:ALE/Pong-v5 " + WRAP_LINE), first
     assert "default CNN" in first
-    state, meta = load_state(out / "checkpoint")
-    assert meta["env"] == "ale_py:ALE/Pong-v5"
+    state, _ = load_state(out / "checkpoint")
+    assert run_settings(out)["env"] == "ale_py:ALE/Pong-v5"
     weights = state["learner"]["rl_module"]
     assert any(k.startswith("encoder.convs.") for k in weights)  # the default CNN, no MLP
     assert weights["encoder.convs.1.weight"].shape[1] == 4  # 4 stacked frames in

@@ -6,6 +6,7 @@ Every test bounds its waits; none sleeps without a deadline.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 import time
@@ -15,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import ray.cloudpickle
+import ray.exceptions
 from tests.waiting import wait_until
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
@@ -179,6 +181,7 @@ def test_env_error_without_any_restart_is_raised_with_index_and_traceback(ray_se
     with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
         with pytest.raises(EnvRunnerError, match="env runner 1:") as info:
             synchronous_parallel_sample(worker_set=group, max_env_steps=200)
+        assert isinstance(info.value, ray.exceptions.RayError)  # as with RLlib
         assert info.value.runner_index == 1
         assert "injected env failure on runner 1" in info.value.remote_traceback
         assert group.healthy_env_runner_ids() == []
@@ -263,3 +266,168 @@ def test_constructor_failure_reraises_the_original_exception(ray_session, tmp_pa
     config.environment(broken_env)
     with pytest.raises(RuntimeError, match="no simulator license"):
         EnvRunnerGroup(config=config, standby_env_runner=False)
+
+
+def test_killed_runner_without_restart_is_a_ray_error_naming_it(ray_session, tmp_path):
+    config = make_config(tmp_path, restart_failed_env_runners=False)
+    with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
+        ray_session.kill(group.remote_workers()[1])
+        with pytest.raises(ray.exceptions.RayError, match="env runner 2: died") as info:
+            synchronous_parallel_sample(worker_set=group, max_env_steps=100)
+        assert isinstance(info.value, EnvRunnerError) and info.value.runner_index == 2
+        assert group.healthy_env_runner_ids() == [1]
+    # It travels (pickled) unchanged, e.g. out of a Tune trial.
+    again = pickle.loads(pickle.dumps(info.value))
+    assert type(again) is type(info.value) and str(again) == str(info.value)
+    assert again.runner_index == 2
+
+
+def test_probe_waits_for_a_runner_that_ray_is_restarting(ray_session, tmp_path):
+    config = make_config(tmp_path, n=1)
+    with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
+        ray_session.kill(group.remote_workers()[0], no_restart=False)
+        assert wait_until(
+            lambda: (
+                group.foreach_env_runner(lambda w: 1, local_env_runner=False) == []
+                and group.num_healthy_remote_env_runners() == 0
+            )
+        )
+        # One probe waits (up to its timeout) for the new process instead of returning [].
+        assert group.probe_unhealthy_env_runners(timeout_seconds=60.0) == [1]
+        assert group.num_healthy_remote_env_runners() == 1
+        assert group.num_remote_worker_restarts() == 1
+        assert group.num_env_runners_replaced_lifetime() == 1
+        assert group.lost_and_replaced_env_runners() == ([1], [1])  # for run summaries
+
+
+@pytest.mark.timeout(120)
+def test_hung_runner_is_out_at_once_then_replaced_and_batches_stay_exact(ray_session, tmp_path):
+    """2 runners x 2 envs, a 1.5 s deadline; runner 2's env blocks in step()."""
+    deadline = 1.5
+    config = make_config(
+        tmp_path, env_config={"bad_worker": 2, "mode": "hang"}, sample_timeout_s=deadline
+    )
+    most = 400 + 2 * 2 - 1  # N + num_envs x num_runners - 1
+    with EnvRunnerGroup(config=config, standby_env_runner=True) as group:
+        start = time.monotonic()
+        episodes = synchronous_parallel_sample(worker_set=group, max_env_steps=400)
+        took = time.monotonic() - start
+        # One deadline, not one per sub-round (5 rounds of 80 steps were needed).
+        assert took < 2 * deadline, f"the round waited {took:.1f}s"
+        assert 400 <= steps(episodes) <= most
+        assert (tmp_path / "fault").exists()
+        assert group.num_healthy_remote_env_runners() == 1  # unhealthy at once
+        assert group.num_env_runners_dropped_lifetime() == 1
+        # Training goes on with runner 1; runner 2 is killed two deadlines after its call
+        # was sent and replaced (standby or new process), then serves again.
+        sizes, killed_at = [], None
+        while time.monotonic() - start < 60 and group.num_healthy_remote_env_runners() < 2:
+            sizes.append(steps(synchronous_parallel_sample(worker_set=group, max_env_steps=400)))
+            if killed_at is None and group._worker_manager.num_hung_actor_kills():
+                killed_at = time.monotonic() - start
+        assert killed_at is not None and killed_at < 2 * deadline + 1.5, killed_at
+        assert group.num_healthy_remote_env_runners() == 2
+        assert sizes and all(400 <= n <= most for n in sizes), sizes
+        assert group._worker_manager.num_hung_actor_kills() == 1
+        assert group.num_env_runners_replaced_lifetime() == 1
+        assert group.num_remote_worker_restarts() == 1
+        assert group.num_env_runners_dropped_lifetime() == 1
+        assert group.foreach_env_runner(lambda w: w.worker_index, local_env_runner=False) == [1, 2]
+        assert (
+            400 <= steps(synchronous_parallel_sample(worker_set=group, max_env_steps=400)) <= most
+        )
+
+
+def test_stop_returns_within_a_deadline_with_a_hung_runner(ray_session, tmp_path):
+    deadline = 1.5
+    config = make_config(
+        tmp_path,
+        env_config={"bad_worker": 2, "mode": "hang", "at_step": 1},
+        sample_timeout_s=deadline,
+    )
+    group = EnvRunnerGroup(config=config, standby_env_runner=False)
+    try:
+        # The runner hangs inside an async call: it is still marked healthy.
+        group.foreach_env_runner_async(lambda w: w.sample(), remote_worker_ids=[2])
+        assert wait_until(lambda: (tmp_path / "fault").exists())
+        assert group.num_healthy_remote_env_runners() == 2
+    finally:
+        start = time.monotonic()
+        group.stop()
+        took = time.monotonic() - start
+    assert took < deadline + 1.0, f"stop() took {took:.1f}s"
+
+
+_LOST_NODE = """
+import shutil, sys, tempfile, time
+import ray
+from ray.cluster_utils import Cluster
+from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.env.env_runner_group import EnvRunnerGroup
+from envrunners.execution.rollout_ops import synchronous_parallel_sample
+from envrunners.utils.actor_manager import actor_node_id
+
+# A temp dir of its own: other Ray users on this machine must not find this cluster.
+tmp = tempfile.mkdtemp(prefix="erlost")
+cluster = Cluster(
+    initialize_head=True,
+    head_node_args={"num_cpus": 0, "include_dashboard": False, "temp_dir": tmp},
+)
+nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
+try:
+    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    cluster.wait_for_nodes()
+    config = (
+        AlgorithmConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=1, num_cpus_per_env_runner=1, rollout_fragment_length=20)
+        .fault_tolerance(delay_between_env_runner_restarts_s=0.0)
+    )
+    group = EnvRunnerGroup(config=config, standby_env_runner=True)
+    ray.get(group._recovery._standby_ready, timeout=120)
+    runner_node = actor_node_id(group.remote_workers()[0])
+    standby_node = actor_node_id(group._recovery.standby)
+    assert runner_node is not None and standby_node != runner_node, (runner_node, standby_node)
+    cpus = lambda w: ray.get_runtime_context().get_assigned_resources().get("CPU")
+    assert ray.get(group._recovery.standby.apply.remote(cpus)) == 1.0
+    # Lose the runner's node: no CPU is free anywhere, only the standby can take over.
+    cluster.remove_node(next(n for n in nodes if n.node_id == runner_node))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and group.num_remote_worker_restarts() < 1:
+        synchronous_parallel_sample(worker_set=group, max_env_steps=40)
+    assert group.num_healthy_remote_env_runners() == 1
+    assert group.num_remote_worker_restarts() == 1
+    assert group.num_env_runners_replaced_lifetime() == 1
+    assert group.num_env_runners_dropped_lifetime() == 0
+    assert group.foreach_env_runner(cpus, local_env_runner=False) == [1.0]
+    assert actor_node_id(group.remote_workers()[0]) == standby_node
+    assert len(synchronous_parallel_sample(worker_set=group, max_env_steps=40)) > 0
+    group.stop()
+    print("LOST-NODE-OK")
+finally:
+    ray.shutdown()
+    cluster.shutdown()
+    shutil.rmtree(tmp, ignore_errors=True)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_runner_on_a_lost_node_is_replaced_by_the_standby_away_from_it(tmp_path):
+    """A real 3-node Ray cluster (in a subprocess: the session's Ray stays as it is)."""
+    import subprocess
+
+    import envrunners
+
+    env = dict(os.environ)
+    src = str(Path(envrunners.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOST_NODE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=tmp_path,
+    )
+    assert "LOST-NODE-OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-5000:]

@@ -176,3 +176,20 @@ class TestThroughTheRunner:
                 assert last.is_truncated == (i == 2)
                 obs = np.asarray(last.get_observations())
                 assert np.all(obs[:, 1] == i)
+
+
+def test_parallel_wrapper_around_a_turn_based_env_gets_the_parallel_adapter():
+    """``aec_to_parallel`` unwraps to its AECEnv; its own class decides the adapter."""
+    from pettingzoo.classic import rps_v2
+
+    r = MultiAgentEnvRunner(
+        _config(
+            lambda cfg: rps_v2.parallel_env(),
+            num_envs=1,
+            policies=("p",),
+            mapping=lambda aid, ep, **kw: "p",
+        )  # fmt: skip
+    )
+    assert isinstance(r.env.envs[0], ParallelPettingZooEnv)
+    episodes = r.sample(num_timesteps=20)
+    assert sum(len(e) for e in episodes) >= 20

@@ -587,6 +587,19 @@ def test_runner_thread_limit_covers_torch_and_numpy_blas():
         assert torch.get_num_threads() == 2 and _blas_threads() == outside
 
 
+def test_fractional_cpu_share_runs_on_one_thread():
+    """num_cpus_per_env_runner=0.5 once asked torch for 0 threads (every sample() failed)."""
+    from envrunners.algorithms.ppo import PPOConfig
+    from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = PPOConfig().environment("CartPole-v1").env_runners(num_cpus_per_env_runner=0.5)
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        assert sum(len(e) for e in runner.sample(num_timesteps=10)) >= 10
+    finally:
+        runner.stop()
+
+
 class _ThreadWatchEnv(gym.Env):
     """Records the BLAS thread counts its steps see (the runner acts between steps)."""
 

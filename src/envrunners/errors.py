@@ -5,8 +5,11 @@ value, what was expected and, where there is one, the fix::
 
     EnvRunnersError                  base of everything below
     ├── ConfigError(ValueError)      a config key, type or value is wrong
+    │   ├── EnvPoolNotInstalledError(ImportError) the EnvPool backend without envpool
     │   ├── FrozenConfigError(AttributeError) a frozen config was modified
-    │   └── UnknownOptionError(TypeError) an unknown keyword to a builder method
+    │   ├── UnknownOptionError(TypeError) an unknown keyword to a builder method
+    │   ├── NoAlgorithmClassError(TypeError) build_algo() on a config without an algorithm
+    │   └── UnknownLoggerError       an experiment-tracking logger name that does not exist
     ├── CliError                     bad command-line input (exit code 2) or a failed command
     ├── EnvCreatorError(TypeError)   an env creator returned something that is not an env
     │   └── UnknownEnvError(EnvError) an env id that cannot be found or created
@@ -15,9 +18,12 @@ value, what was expected and, where there is one, the fix::
     ├── OfflineDataError(ValueError) a corrupt or unreadable offline record (path, line)
     │   ├── OfflineInputNotFoundError(FileNotFoundError) an input path matches no file
     │   ├── UnencodableValueError(TypeError) a value to write is not plain data
-    │   └── PickleNotAllowedError    RLlib's pickled data read without ``allow_pickle``
+    │   ├── PickleNotAllowedError    RLlib's pickled data read without ``allow_pickle``
+    │   └── OfflineSchemaError       a Parquet file's columns are not the expected layout
     ├── CompressionError(ValueError) an array cannot be packed, or a string is no packed array
     ├── EnvRunnerError(RuntimeError) a remote runner failed or hung (runner_index)
+    │   └── RemoteEnvRunnerError(ray.exceptions.RayError) such a fault as the group
+    │                                raises it to the caller (built when first used)
     ├── SpaceError(ValueError)       an observation or action outside its space
     ├── MultiAgentEnvError(ValueError) a multi-agent env broke the step protocol
     ├── DeprecatedAPIError(ValueError) a removed RLlib API was called (names its replacement)
@@ -32,7 +38,9 @@ value, what was expected and, where there is one, the fix::
     │   ├── NonFiniteEnvDataError    a sub-env's observation or reward (sub-env, step, column)
     │   └── NonFiniteModuleOutputError a module's logits/means (module_id)
     ├── UnsupportedSpaceException    an observation or action space is not supported
-    └── NotSerializable              an object cannot be serialized
+    ├── NotSerializable              an object cannot be serialized
+    └── LoggerPackageMissingError(ImportError) a logger's package (tensorboard, wandb, mlflow)
+                                     is not installed
 
     StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
                                      silent recreate (``ray.rllib.env.env_errors``)
@@ -53,8 +61,10 @@ __all__ = [
     "CompressionError",
     "ConfigError",
     "ConnectorError",
+    "LoggerPackageMissingError",
     "DeprecatedAPIError",
     "EnvCreatorError",
+    "EnvPoolNotInstalledError",
     "EnvError",
     "EnvRunnerError",
     "EnvRunnersError",
@@ -63,16 +73,20 @@ __all__ = [
     "NonFiniteEnvDataError",
     "NonFiniteModuleOutputError",
     "NonFiniteValueError",
+    "NoAlgorithmClassError",
     "NotSerializable",
     "MultiAgentEnvError",
     "OfflineDataError",
     "OfflineInputNotFoundError",
+    "OfflineSchemaError",
     "PickleNotAllowedError",
+    "RemoteEnvRunnerError",  # noqa: F822 - built on first use (module __getattr__)
     "SpaceError",
     "StepFailedRecreateEnvError",
     "SubEnvError",
     "UnencodableValueError",
     "UnknownEnvError",
+    "UnknownLoggerError",
     "UnknownOptionError",
     "UnknownPolicyError",
     "UnknownPolicyToRemoveError",
@@ -318,6 +332,82 @@ class UnknownEnvError(EnvCreatorError, EnvError):
     An ``EnvError`` and ``ValueError`` (what RLlib's ``Algorithm`` raises for an invalid
     env descriptor), and still an ``EnvCreatorError`` for code written against envrunners.
     """
+
+
+# -- algorithms (issue 15: Algorithm drop-in) ----------------------------------------------
+
+
+class NoAlgorithmClassError(ConfigError, TypeError):
+    """``build_algo()`` on a config that names no algorithm class (a base ``AlgorithmConfig()``).
+
+    A ``TypeError`` as in RLlib (which calls its ``algo_class`` of None and fails with
+    "'NoneType' object is not callable"); a ``ConfigError`` with a message naming the fix.
+    """
+
+
+# -- EnvPool backend (env/vector/envpool_vector_env.py, session 7) --------------------------
+
+
+class EnvPoolNotInstalledError(ConfigError, ImportError):
+    """The EnvPool backend was asked for but ``envpool`` is not installed (names the extra).
+
+    A ``ConfigError`` (the config chose a backend this install lacks) and an
+    ``ImportError`` (what a missing optional package raises in RLlib).
+    """
+
+
+# -- experiment tracking (envrunners.callbacks.loggers) --------------------------------
+
+
+class UnknownLoggerError(ConfigError):
+    """A logger name (``--logger``, ``make_loggers``) that is not one of the loggers."""
+
+
+class LoggerPackageMissingError(EnvRunnersError, ImportError):
+    """A logger whose package is not installed; the message names the extra to install."""
+
+
+# -- env runner group: runner faults raised to the caller (issue 15) ----------------------------
+
+
+def _remote_env_runner_error_class() -> type:
+    """Build ``RemoteEnvRunnerError``; it needs ``ray.exceptions``, so it is built on first use.
+
+    Why: ``import ray`` costs ~0.35 s and ~50 MB, and this module is imported by
+    every runner and env worker process; only the group (where Ray is loaded)
+    raises this class.
+    """
+    from ray.exceptions import RayError
+
+    class RemoteEnvRunnerError(EnvRunnerError, RayError):
+        """A remote runner fault that is neither ignored nor restarted, as the caller gets it.
+
+        A ``ray.exceptions.RayError`` (what RLlib raises for a failed runner) and an
+        ``EnvRunnerError`` (``runner_index``, ``remote_traceback``). Import it from
+        ``envrunners.errors`` (that loads Ray).
+        """
+
+    RemoteEnvRunnerError.__module__ = __name__
+    RemoteEnvRunnerError.__qualname__ = "RemoteEnvRunnerError"
+    return RemoteEnvRunnerError
+
+
+def __getattr__(name: str) -> type:
+    if name == "RemoteEnvRunnerError":
+        cls = globals()[name] = _remote_env_runner_error_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# -- offline data (offline/): Parquet, Ray Data, Minari -------------------------------------
+
+
+class OfflineSchemaError(OfflineDataError):
+    """An offline file's columns do not have the layout expected; names the file and column."""
+
+    def __init__(self, message: str, *, path: str | None = None, column: str | None = None):
+        self.column = column
+        super().__init__(f"column {column!r}: {message}" if column else message, path=path)
 
 
 # -- poisoned data: non-finite observations, rewards, module outputs (issue 16, sampling core) ---

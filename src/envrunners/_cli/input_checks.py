@@ -18,6 +18,9 @@ from envrunners.errors import CliError
 
 __all__ = ["check_env_id", "prepare_output_dir", "probe_env"]
 
+#: Id namespaces -> the module whose import registers them with gymnasium.
+_NAMESPACE_MODULES = {"ALE": "ale_py"}
+
 
 def check_env_id(env_id: str) -> None:
     """Fail with close gymnasium ids when ``env_id`` is neither registered nor importable.
@@ -44,6 +47,13 @@ def check_env_id(env_id: str) -> None:
             ) from None
         if env_id.split(":", 1)[1] in gym.registry or env_id in gym.registry:
             return
+    namespace = env_id.split("/", 1)[0] if "/" in env_id and ":" not in env_id else ""
+    if namespace in _NAMESPACE_MODULES:  # ids a package registers when it is imported
+        module = _NAMESPACE_MODULES[namespace]
+        raise CliError(
+            f"unknown env {env_id!r}: {namespace} ids are registered by the {module} package; "
+            f"--env {module}:{env_id} imports it first (pip install {module.replace('_', '-')})"
+        )
     close = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=3, cutoff=0.6)
     if not close:  # case slips ("cartpole-v1") are common
         lowered = {k.lower(): k for k in gym.registry.keys()}

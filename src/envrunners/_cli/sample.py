@@ -166,7 +166,7 @@ def run_sample(args: argparse.Namespace) -> int:
     if args.checkpoint:
         if args.multi_agent:
             raise CliError("--checkpoint works with single-agent envs only (no --multi-agent)")
-        saved = load_checkpoint(Path(args.checkpoint))
+        saved = load_checkpoint(Path(args.checkpoint), "--checkpoint")
     elif args.greedy:
         raise CliError("--greedy needs --checkpoint (random actions have no greedy mode)")
     out = (

@@ -1,28 +1,27 @@
-"""``envrunners train``: PPO (or PG) on the new API stack, with progress, plots and checkpoints.
+"""``envrunners train``: PPO (or PG) through ``Algorithm``, with progress, plots, loggers, checkpoints.
 
-Why: the command a newcomer runs first. One iteration is the whole algorithm:
-
-1. ``synchronous_parallel_sample`` collects ``train_batch_size`` env steps from the
-   ``EnvRunnerGroup`` (remote runners on an embedded local Ray, or the local
-   runner alone with ``--num-env-runners 0``);
-2. ``PPOLearner.update`` turns the episodes into new weights;
-3. ``sync_weights`` / ``sync_env_runner_states`` push weights, filter state and the
-   step count back to the runners;
-4. a row goes into ``metrics.csv`` and the checkpoint is rewritten (atomically, plain
-   files), so Ctrl-C at any point keeps the last finished iteration.
+Why: the command a newcomer runs first, on the API's one training path. The flags
+(and ``--config FILE``) become a ``PPOConfig``/``PGConfig``; ``config.build_algo()``
+then ``train()`` runs until the mean return of the last 20 episodes reaches
+``--stop-reward`` or ``--stop-timesteps`` env steps are sampled. Each iteration
+writes a ``metrics.csv`` row, the ``--logger`` outputs (TensorBoard by default)
+and ``Algorithm.save_to_path`` into ``checkpoint/``; ``--resume`` restores that
+checkpoint with ``restore_from_path``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import difflib
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
-from envrunners._cli import arguments, atari_env, input_checks
-from envrunners._cli.train_checkpoint import load_checkpoint
-from envrunners._cli.trainer import Trainer
+from envrunners._cli import arguments, atari_env, config_file, input_checks, presets
+from envrunners._cli.train_checkpoint import load_checkpoint, save_run_settings
+from envrunners._cli.trainer import RETURN_WINDOW, Trainer
 from envrunners.errors import CliError
 
 __all__ = ["add_train_parser", "model_config", "run_train"]
@@ -52,7 +51,26 @@ _ALGO_DEFAULTS = {
     "pg": {"lr": 1e-3, "num_epochs": 1, "minibatch_size": None},
 }
 #: What a resumed run takes from the checkpoint unless given again.
-RESUMABLE_KEYS = tuple(k for k in DEFAULTS if k not in ("stop_reward", "stop_timesteps")) + ("env",)
+RESUMABLE_KEYS = tuple(k for k in DEFAULTS if k not in ("stop_reward", "stop_timesteps")) + (
+    "env",
+    "config_overrides",
+)
+#: Run settings -> the config fields they set (a ``--config`` file may set them too).
+_CONFIG_FIELDS = {
+    "env": "env",
+    "num_env_runners": "num_env_runners",
+    "num_envs_per_env_runner": "num_envs_per_env_runner",
+    "train_batch_size": "train_batch_size",
+    "lr": "lr",
+    "num_epochs": "num_epochs",
+    "minibatch_size": "minibatch_size",
+    "gamma": "gamma",
+    "lambda_": "lambda_",
+    "seed": "seed",
+    "obs_filter": "observation_filter",
+}
+#: Loggers written unless ``--logger`` says otherwise (each only if its package is there).
+DEFAULT_LOGGERS = ("tensorboard",)
 
 
 def add_train_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -110,6 +128,20 @@ def add_train_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> argpar
         type=arguments.positive_int,
         help="with --use-lstm: time steps per training sequence (20)",
     )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML or TOML file of AlgorithmConfig fields (e.g. lr: 0.001, "
+        "entropy_coeff: 0.01); flags given on the command line win",
+    )
+    p.add_argument(
+        "--logger",
+        action="append",
+        metavar="NAMES",
+        help="experiment trackers, comma-separated or repeated: csv (progress.csv), "
+        "tensorboard, wandb (offline), mlflow (file store in --out), none "
+        "(default: tensorboard if installed)",
+    )
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
     p.set_defaults(func=run_train)
     return p
@@ -121,7 +153,7 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
     saved: dict | None = None
     run: dict[str, Any] = dict(DEFAULTS)
     if args.resume:
-        saved = load_checkpoint(Path(args.resume))
+        saved = load_checkpoint(Path(args.resume), "--resume")
         run.update({k: v for k, v in saved["run"].items() if k in RESUMABLE_KEYS})
         if args.env and args.env != run.get("env"):
             raise CliError(
@@ -129,20 +161,31 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
             )
     elif not args.env:
         raise CliError("the following arguments are required: --env (or --resume DIR)")
+    if saved is None:  # the env's tuned settings (_cli/presets.py); flags still win
+        run.update(presets.train_settings(args.env, args.algo or DEFAULTS["algo"]))
     for key in (*DEFAULTS, "env"):
         value = getattr(args, key, None)
         if value is not None:
             run[key] = value
+    if getattr(args, "config", None):
+        run["config_overrides"] = config_file.load(args.config, _algo_config_class(run["algo"]))
+    overrides = dict(run.get("config_overrides") or {})
+    for key, field in _CONFIG_FIELDS.items():  # a flag given wins over the file
+        if getattr(args, key, None) is not None:
+            overrides.pop(field, None)
+        elif field in overrides:
+            run[key] = overrides[field]
+    run["config_overrides"] = overrides
     for key, value in _ALGO_DEFAULTS[run["algo"]].items():
         if run.get(key) is None:
             run[key] = value
     if saved is not None:  # the checkpoint's weights only fit the network they came from
-        for key in ("use_lstm", "lstm_cell_size"):
+        for key in ("algo", "use_lstm", "lstm_cell_size", "hidden"):
             before = saved["run"].get(key, DEFAULTS[key])
-            if run[key] != before and (key == "use_lstm" or run["use_lstm"]):
+            if run[key] != before and (key != "lstm_cell_size" or run["use_lstm"]):
                 raise CliError(
-                    f"{key}={run[key]!r} differs from the resumed run's {key}={before!r} "
-                    "(its weights fit that network only)"
+                    f"{_as_flag(key, run[key])} differs from the resumed run's "
+                    f"{_as_flag(key, before)} (its weights fit that network only)"
                 )
     if atari_env.is_atari_id(run["env"]):
         atari_env.ensure_ale()
@@ -165,20 +208,38 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
     return run, saved, out
 
 
-def build_config(run: dict[str, Any]) -> Any:
-    """The ``PPOConfig`` of a run's settings."""
+def _as_flag(key: str, value: Any) -> str:
+    """A setting as the flag that gives it (``--hidden 64,64``, ``no --use-lstm``)."""
+    flag = "--" + key.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else f"no {flag}"
+    if isinstance(value, list):
+        return f"{flag} {','.join(str(v) for v in value)}"
+    return f"{flag} {value}"
+
+
+def _algo_config_class(algo: str) -> type:
+    if algo == "pg":
+        from envrunners.algorithms.pg import PGConfig
+
+        return PGConfig
     from envrunners.algorithms.ppo import PPOConfig
 
-    runners = run["num_env_runners"]
-    envs = run["num_envs_per_env_runner"]
-    fragment = max(1, math.ceil(run["train_batch_size"] / (max(1, runners) * envs)))
-    return (
-        PPOConfig()
+    return PPOConfig
+
+
+def build_config(run: dict[str, Any]) -> Any:
+    """The ``PPOConfig`` (``PGConfig`` for ``algo="pg"``) of a run's settings.
+
+    The ``--config`` file's fields (``run["config_overrides"]``) are applied last;
+    ``rollout_fragment_length`` is then fitted to the batch unless the file sets it.
+    """
+    config = (
+        _algo_config_class(run["algo"])()
         .environment(atari_env.config_env(run["env"]))
         .env_runners(
-            num_env_runners=runners,
-            num_envs_per_env_runner=envs,
-            rollout_fragment_length=fragment,
+            num_env_runners=run["num_env_runners"],
+            num_envs_per_env_runner=run["num_envs_per_env_runner"],
             observation_filter=run["obs_filter"],
         )
         .training(
@@ -187,6 +248,14 @@ def build_config(run: dict[str, Any]) -> Any:
             num_epochs=run["num_epochs"],
             minibatch_size=run["minibatch_size"],
             gamma=run["gamma"],
+        )
+        .rl_module(model_config=model_config(run))
+        .fault_tolerance(restart_failed_env_runners=True)
+        .reporting(metrics_num_episodes_for_smoothing=RETURN_WINDOW)
+        .debugging(seed=run["seed"])
+    )
+    if run["algo"] == "ppo":
+        config = config.training(
             lambda_=run["lambda_"],
             clip_param=0.2,
             vf_clip_param=float("inf"),
@@ -194,15 +263,23 @@ def build_config(run: dict[str, Any]) -> Any:
             entropy_coeff=0.0,
             use_kl_loss=False,
         )
-        .rl_module(model_config=model_config(run))
-        .fault_tolerance(restart_failed_env_runners=True)
-        .debugging(seed=run["seed"])
-    )
+    config = config.training(**presets.training_settings(run))  # tuned per env; flags win
+    overrides = dict(run.get("config_overrides") or {})
+    if overrides:
+        config = config_file.apply(config, overrides, "--config")
+    if "rollout_fragment_length" not in overrides:
+        slots = max(1, config.num_env_runners) * config.num_envs_per_env_runner
+        fragment = max(1, math.ceil(config.train_batch_size / slots))
+        config = config.env_runners(rollout_fragment_length=fragment)
+    return config
 
 
 def model_config(run: dict[str, Any]) -> dict[str, Any]:
     """The default module's ``model_config`` of a run's settings (also ``sample``'s, for a
-    checkpoint): ``fcnet_hiddens``, and the LSTM's keys when ``use_lstm``."""
+    checkpoint): ``fcnet_hiddens``, and the LSTM's keys when ``use_lstm``; an
+    ``Algorithm`` checkpoint's own ``model_config`` when it came from the API."""
+    if isinstance(run.get("model_config"), dict):
+        return dict(run["model_config"])
     config: dict[str, Any] = {"fcnet_hiddens": list(run.get("hidden", DEFAULTS["hidden"]))}
     if run.get("use_lstm"):
         config.update(
@@ -210,17 +287,54 @@ def model_config(run: dict[str, Any]) -> dict[str, Any]:
             lstm_cell_size=int(run.get("lstm_cell_size", DEFAULTS["lstm_cell_size"])),
             max_seq_len=int(run.get("max_seq_len", DEFAULTS["max_seq_len"])),
         )
+    config.update(presets.model_settings(run))
     return config
 
 
 # ---------------------------------------------------------------------- the command
 def run_train(args: argparse.Namespace) -> int:
     """Entry point of ``envrunners train``; returns the exit code."""
+    logger_names = _logger_names(args.logger)  # before anything is created
     run, saved, out = _settings(args)
+    if note := presets.start_note(run):  # stderr: stdout's first line stays "Training ..."
+        print(note, file=sys.stderr, flush=True)
     config = build_config(run)
     try:
         config.validate()
     except ValueError as err:
-        raise CliError(str(err).splitlines()[0]) from None
-    trainer = Trainer(run, config, out, saved, debug=bool(getattr(args, "debug", False)))
+        raise CliError(config_file.one_line(err)) from None
+    from envrunners.callbacks.loggers import make_loggers
+
+    loggers = make_loggers(logger_names, out)
+    save_run_settings(out, run)
+    trainer = Trainer(
+        run, config, out, saved, debug=bool(getattr(args, "debug", False)), loggers=loggers
+    )
     return trainer.main(live=False if args.no_progress else None)
+
+
+def _logger_names(flags: list[str] | None) -> list[str]:
+    """The ``--logger`` names, checked (default: TensorBoard when it is installed)."""
+    from envrunners.callbacks.loggers import LOGGERS, logger_available, require_package
+    from envrunners.errors import LoggerPackageMissingError
+
+    if flags is None:
+        return [n for n in DEFAULT_LOGGERS if logger_available(n)]
+    names = list(dict.fromkeys(n.strip() for flag in flags for n in flag.split(",") if n.strip()))
+    if "none" in names:
+        if names != ["none"]:
+            raise CliError("argument --logger: 'none' cannot be combined with other loggers")
+        return []
+    for name in names:
+        if name not in LOGGERS:
+            close = difflib.get_close_matches(name, [*LOGGERS, "none"], n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise CliError(
+                f"argument --logger: unknown logger {name!r}{hint} "
+                "(expected csv, tensorboard, wandb, mlflow or none)"
+            )
+        try:
+            require_package(name)
+        except LoggerPackageMissingError as err:
+            raise CliError(f"argument --logger: {err}") from None
+    return names

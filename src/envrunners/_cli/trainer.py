@@ -1,15 +1,15 @@
-"""The training loop behind ``envrunners train``: iterations, checkpoints, Ctrl-C, summary.
+"""The training loop behind ``envrunners train``: ``Algorithm.train()`` until a stop, with files.
 
-Why a module of its own: ``train.py`` turns flags into settings; this one runs
-them. One iteration samples ``train_batch_size`` env steps from the group,
-updates the learner, syncs weights and runner state back, then writes the CSV
-row and the checkpoint together while Ctrl-C is held back, so an interrupt never
-leaves a checkpoint that disagrees with the CSV or is half replaced.
+Why a module of its own: ``train.py`` turns flags into a config; this one runs
+it. The algorithm is ``config.build_algo()`` (the API's one training path); each
+``train()`` result becomes a ``metrics.csv`` row, goes to the experiment loggers
+(``--logger``) and is followed by ``save_to_path`` into ``checkpoint/``. The CSV
+row and its checkpoint are written while Ctrl-C is held back, so an interrupt
+never leaves a checkpoint that disagrees with the CSV or is half replaced.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import math
 import signal
@@ -22,32 +22,68 @@ from typing import Any
 from envrunners._cli.atari_env import wrapping_note
 from envrunners._cli.embedded_ray import embedded_ray, quiet_loggers
 from envrunners._cli.exit_codes import EXIT_INTERRUPTED
-from envrunners._cli.train_checkpoint import CHECKPOINT_DIR, save_checkpoint
+from envrunners._cli.train_checkpoint import CHECKPOINT_DIR
 
-__all__ = ["Trainer"]
+__all__ = ["RETURN_WINDOW", "Trainer", "csv_row"]
 
-#: Episodes averaged for "mean return" and the stop condition.
+#: Episodes averaged for "mean return" and the stop condition
+#: (the config's ``metrics_num_episodes_for_smoothing``).
 RETURN_WINDOW = 20
+#: ``metrics.csv`` learner columns -> RLlib's names under ``learners/default_policy``.
+_LEARNER_COLUMNS = {
+    "policy_loss": "policy_loss",
+    "vf_loss": "vf_loss",
+    "entropy": "entropy",
+    "mean_kl": "mean_kl_loss",
+    "explained_variance": "vf_explained_var",
+    "lr": "default_optimizer_learning_rate",
+}
+
+
+def csv_row(result: dict[str, Any], steps_this_iter: float) -> dict[str, Any]:
+    """The ``metrics.csv`` row of one ``Algorithm.train()`` result."""
+    runners = result.get("env_runners", {})
+    learner = result.get("learners", {}).get("default_policy", {})
+    faults = result.get("fault_tolerance", {})
+    nan = math.nan
+    return {
+        "iteration": result["training_iteration"],
+        "env_steps": int(result["num_env_steps_sampled_lifetime"]),
+        "episodes": int(runners.get("num_episodes_lifetime", 0)),
+        "time_s": float(result.get("time_total_s", nan)),
+        "steps_per_s": steps_this_iter / max(1e-9, float(result.get("time_this_iter_s", nan))),
+        "episode_return_mean": runners.get("episode_return_mean", nan),
+        "episode_return_min": runners.get("episode_return_min", nan),
+        "episode_return_max": runners.get("episode_return_max", nan),
+        "episode_len_mean": runners.get("episode_len_mean", nan),
+        "healthy_runners": faults.get("num_healthy_workers", 0),
+        "restarts": faults.get("num_remote_worker_restarts", 0),
+        **{col: learner[key] for col, key in _LEARNER_COLUMNS.items() if key in learner},
+    }
 
 
 class Trainer:
-    """State of one ``train`` invocation (counters, files, group and learner)."""
+    """State of one ``train`` invocation: counters, files, loggers and the algorithm."""
 
-    def __init__(self, run: dict, config: Any, out: Path, saved: dict | None, debug: bool):
+    def __init__(
+        self,
+        run: dict,
+        config: Any,
+        out: Path,
+        saved: dict | None,
+        debug: bool,
+        loggers: list | None = None,
+    ):
         self.run, self.config, self.out, self.debug = run, config, out, debug
-        progress = (saved or {}).get("progress", {})
-        self.iteration = int(progress.get("iteration", 0))
-        self.env_steps = int(progress.get("env_steps", 0))
-        self.episodes = int(progress.get("episodes", 0))
-        self.time_s = float(progress.get("time_s", 0.0))
-        self.returns: collections.deque = collections.deque(
-            progress.get("recent_returns", []), maxlen=RETURN_WINDOW
-        )
         self.saved = saved
-        self._partial: dict[str, float] = {}
-        self._lengths: dict[str, int] = {}
-        self.group: Any = None
-        self.learner: Any = None
+        self.loggers = list(loggers or [])
+        progress = (saved or {}).get("progress", {})
+        self.iteration = int(progress.get("training_iteration", 0))
+        self.env_steps = int(progress.get("num_env_steps_sampled_lifetime", 0))
+        self.mean_return = math.nan
+        self.window_episodes = 0  # episodes finished in this process (the runners' window)
+        self.algo: Any = None
+        self.cluster_line: str | None = None  # the joined cluster's summary (RAY_ADDRESS)
         self.reason = ""
 
     # -- lifecycle -------------------------------------------------------------------
@@ -91,6 +127,8 @@ class Trainer:
         finally:
             with _sigint_ignored():
                 self.csv.close()
+                for logger in self.loggers:
+                    logger.close()
                 png = plot_learning_curve(
                     self.out / "metrics.csv",
                     self.out / "learning_curve.png",
@@ -101,37 +139,21 @@ class Trainer:
         return EXIT_INTERRUPTED if interrupted else 0
 
     def _loop(self) -> None:
-        from envrunners.env.env_runner_group import EnvRunnerGroup
-
-        start = time.perf_counter() - self.time_s
-        self.group = EnvRunnerGroup(config=self.config)
+        self.algo = self.config.build_algo()
         try:
-            self.learner = self._make_learner()
             if self.saved:
-                self._restore(self.saved)
-            self.group.sync_weights(from_worker_or_learner_group=self.learner, inference_only=True)
+                self.algo.restore_from_path(self.saved["path"])
             while not self._should_stop():
-                self._iterate(start)
+                self._iterate()
         finally:
             with _sigint_ignored(), quiet_loggers(not self.debug):
-                self.group.stop()
-
-    def _make_learner(self) -> Any:
-        from envrunners.algorithms.ppo.ppo_learner import PGLearner, PPOLearner
-
-        cls = PGLearner if self.run["algo"] == "pg" else PPOLearner
-        return cls.from_group(self.config, self.group)
-
-    def _restore(self, saved: dict) -> None:
-        self.learner.set_state(saved["learner"])
-        runner_state = dict(saved.get("env_runner", {}))
-        runner_state["num_env_steps_sampled_lifetime"] = self.env_steps
-        self.group.foreach_env_runner("set_state", kwargs={"state": runner_state})
+                self.cluster_line = _cluster_line(self.algo)
+                self.algo.stop()
 
     def _should_stop(self) -> bool:
         target = self.run["stop_reward"]
-        if target is not None and len(self.returns) >= RETURN_WINDOW:
-            if self._mean_return() >= target:
+        if target is not None and self.window_episodes >= RETURN_WINDOW:
+            if self.mean_return >= target:
                 self.reason = "solved"
                 return True
         if self.env_steps >= self.run["stop_timesteps"]:
@@ -140,107 +162,41 @@ class Trainer:
         return False
 
     # -- one iteration -----------------------------------------------------------------
-    def _iterate(self, start: float) -> None:
-        from envrunners.execution.rollout_ops import synchronous_parallel_sample
-
-        t0 = time.perf_counter()
-        episodes = synchronous_parallel_sample(
-            worker_set=self.group, max_env_steps=self.config.train_batch_size
-        )
-        steps = sum(len(e) for e in episodes)
-        finished = self._track_returns(episodes)
-        stats = self.learner.update(episodes)
-        self.env_steps += steps
-        self.group.sync_weights(from_worker_or_learner_group=self.learner, inference_only=True)
-        self.group.sync_env_runner_states(config=self.config, env_steps_sampled=self.env_steps)
-        self.iteration += 1
-        self.time_s = time.perf_counter() - start
-        rate = steps / max(1e-9, time.perf_counter() - t0)
-        healthy = self.group.num_healthy_remote_env_runners()
-        restarts = self.group.num_remote_worker_restarts()
-        rets = [r for r, _ in finished]
-        row = {
-            "iteration": self.iteration,
-            "env_steps": self.env_steps,
-            "episodes": self.episodes,
-            "time_s": self.time_s,
-            "steps_per_s": rate,
-            "episode_return_mean": self._mean_return(),
-            "episode_return_min": min(rets) if rets else math.nan,
-            "episode_return_max": max(rets) if rets else math.nan,
-            "episode_len_mean": sum(n for _, n in finished) / len(finished)
-            if finished
-            else math.nan,
-            "healthy_runners": healthy,
-            "restarts": restarts,
-            **stats,
-        }
-        with _sigint_deferred():  # the CSV row and its checkpoint go together
-            self.csv.write(row)
-            self._save_checkpoint()
+    def _iterate(self) -> None:
         from envrunners._cli.progress import ProgressSnapshot
 
+        result = self.algo.train()
+        steps = result["num_env_steps_sampled_lifetime"] - self.env_steps
+        row = csv_row(result, steps)
+        self.iteration = int(row["iteration"])
+        self.env_steps = int(row["env_steps"])
+        self.window_episodes += int(result.get("env_runners", {}).get("num_episodes", 0))
+        self.mean_return = float(row["episode_return_mean"])
+        with _sigint_deferred():  # the CSV row and its checkpoint go together
+            self.csv.write(row)
+            self.algo.save_to_path(self.out / CHECKPOINT_DIR)
+        for logger in self.loggers:
+            logger.log_result(result)
         self.progress.update(
             ProgressSnapshot(
                 iteration=self.iteration,
                 env_steps=self.env_steps,
-                steps_per_s=rate,
-                mean_return=self._mean_return(),
-                healthy_runners=healthy,
-                num_runners=self.group.num_remote_env_runners(),
-                restarts=restarts,
+                steps_per_s=row["steps_per_s"],
+                mean_return=self.mean_return,
+                healthy_runners=row["healthy_runners"],
+                num_runners=self.algo.env_runner_group.num_remote_env_runners(),
+                restarts=row["restarts"],
             )
         )
 
-    def _track_returns(self, episodes: list) -> list[tuple[float, int]]:
-        """Sum chunk returns per episode id; returns (return, length) of finished episodes."""
-        finished = []
-        seen = set()
-        for e in episodes:
-            key = e.id_
-            seen.add(key)
-            self._partial[key] = self._partial.get(key, 0.0) + float(e.get_return())
-            self._lengths[key] = self._lengths.get(key, 0) + len(e)
-            if e.is_done:
-                finished.append((self._partial.pop(key), self._lengths.pop(key)))
-        for key in [k for k in self._partial if k not in seen]:  # chunks we never see again
-            self._partial.pop(key)
-            self._lengths.pop(key, None)
-        self.returns.extend(r for r, _ in finished)
-        self.episodes += len(finished)
-        return finished
-
-    def _mean_return(self) -> float:
-        return sum(self.returns) / len(self.returns) if self.returns else math.nan
-
-    # -- checkpoint ----------------------------------------------------------------------
-    def _save_checkpoint(self) -> None:
-        local = self.group.local_env_runner
-        runner_state = local.get_state(
-            components=["env_to_module_connector", "module_to_env_connector"]
-        )
-        runner_state["num_env_steps_sampled_lifetime"] = self.env_steps
-        state = {
-            "learner": self.learner.get_state(),
-            "env_runner": runner_state,
-            "progress": {
-                "iteration": self.iteration,
-                "env_steps": self.env_steps,
-                "episodes": self.episodes,
-                "time_s": self.time_s,
-                "recent_returns": list(self.returns),
-            },
-        }
-        save_checkpoint(self.out, state, self.run)
-
     # -- report ------------------------------------------------------------------------
     def _summary(self, interrupted: bool, png: Path | None) -> None:
-        mean = self._mean_return()
+        mean = self.mean_return
         shown = "-" if math.isnan(mean) else f"{mean:.1f}"
         wall = time.perf_counter() - self._t_command
         head = (
             f"{self.env_steps:,} env steps, {self.iteration} iterations, "
-            f"mean return {shown} (last {len(self.returns)} episodes); "
+            f"mean return {shown} (last {min(RETURN_WINDOW, self.window_episodes)} episodes); "
             f"{wall:.1f} s wall time (startup included)"
         )
         if interrupted:
@@ -250,6 +206,8 @@ class Trainer:
         else:
             line = f"Stopped at --stop-timesteps: {head}."
         print(line, flush=True)
+        if self.cluster_line:
+            print(self.cluster_line, flush=True)
         ckpt = self.out / CHECKPOINT_DIR
         if ckpt.is_dir():
             print(f"Checkpoint (iteration {self._saved_iteration()}): {ckpt}")
@@ -257,13 +215,15 @@ class Trainer:
         print(f"Metrics: {self.out / 'metrics.csv'}")
         if png is not None:
             print(f"Learning curve: {png}")
+        if any(logger.name == "tensorboard" for logger in self.loggers):
+            print(f"TensorBoard: tensorboard --logdir {self.out}")
 
     def _saved_iteration(self) -> int:
         from envrunners.utils.checkpoints import load_state
 
         try:
             state, _ = load_state(self.out / CHECKPOINT_DIR)
-            return int(state["progress"]["iteration"])
+            return int(state["progress"]["training_iteration"])
         except Exception:
             return self.iteration
 
@@ -309,3 +269,12 @@ def _sigint_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, old)
     if hit:
         raise KeyboardInterrupt
+
+
+def _cluster_line(algo: Any) -> str | None:
+    """The joined cluster's summary line (nodes alive, runners lost and replaced), else None."""
+    from envrunners._cli.embedded_ray import cluster_summary
+
+    group = getattr(algo, "env_runner_group", None)
+    lost, replaced = group.lost_and_replaced_env_runners() if group is not None else ([], [])
+    return cluster_summary(lost_runners=lost, replaced_runners=replaced)

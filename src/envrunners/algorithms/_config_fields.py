@@ -172,6 +172,10 @@ FIELDS: tuple[ConfigField, ...] = (
     _f("num_consecutive_env_runner_failures_tolerance", int, 100, FT, _nonneg_int),
     _f("env_runner_health_probe_timeout_s", float, 30.0, FT, _nonneg_num),
     _f("env_runner_restore_timeout_s", float, 1800.0, FT, _nonneg_num),
+    # envrunners key (RLlib has none): a runner whose call misses its deadline is out of
+    # service at once; it is replaced (killed, restarted or swapped for the standby) when
+    # that call is still running this many deadlines after it was sent.
+    _f("replace_env_runner_after_missed_deadlines", int, 2, FT, _pos_int),
     # --- multi_agent() ---
     _f("policies", dict[str, PolicySpec], {DEFAULT_POLICY_ID: PolicySpec()}, MA, c.policies),
     _f("policy_map_capacity", int, 100, MA, _pos_int),
@@ -191,6 +195,20 @@ FIELDS: tuple[ConfigField, ...] = (
     _f("output_compress_columns", list[str], ["obs", "new_obs"], OFF),
     _f("output_max_file_size", int, 64 * 1024 * 1024, OFF, _pos_int),
     _f("offline_sampling", bool, False, OFF, _B),
+    # new-stack offline data (OfflineData, OfflineSingleAgentEnvRunner); RLlib 2.60 defaults
+    _f("input_read_method", str, "read_parquet", OFF, c.optional_string),
+    _f("input_read_method_kwargs", dict, {}, OFF, _D),
+    _f("input_read_episodes", bool, False, OFF, _B),
+    _f("input_read_batch_size", int | None, None, OFF, _pos_int_or_none),
+    _f("input_compress_columns", list[str], ["obs", "new_obs"], OFF),
+    _f("map_batches_kwargs", dict, {}, OFF, _D),
+    _f("iter_batches_kwargs", dict, {}, OFF, _D),
+    _f("dataset_num_iters_per_learner", int | None, None, OFF, _pos_int_or_none),
+    _f("output_write_episodes", bool, True, OFF, _B),
+    _f("output_max_rows_per_file", int | None, None, OFF, _pos_int_or_none),
+    _f("output_write_remaining_data", bool, False, OFF, _B),
+    _f("output_write_method", str, "write_parquet", OFF, c.optional_string),
+    _f("output_write_method_kwargs", dict, {}, OFF, _D),
     # --- rl_module() ---
     _f("model_config", dict, dict(c.MODEL_DEFAULTS), MOD, c.model_config),
     _f("rl_module_spec", Any, None, MOD),
@@ -399,16 +417,11 @@ TF_ONLY = frozenset(
 # RLlib keys outside envrunners' scope: a ConfigError says so instead of "unknown".
 UNSUPPORTED: dict[str, str] = {
     **dict.fromkeys(
-        ["offline_data_class", "input_read_method", "input_read_method_kwargs",
-         "input_read_schema", "input_read_episodes", "input_read_sample_batches",
-         "input_read_batch_size", "input_filesystem", "input_filesystem_kwargs",
-         "input_compress_columns", "materialize_data", "materialize_mapped_data",
-         "map_batches_kwargs", "iter_batches_kwargs", "ignore_final_observation",
-         "prelearner_class", "prelearner_buffer_class", "prelearner_buffer_kwargs",
-         "prelearner_module_synch_period", "prelearner_use_recorded_module_states",
-         "dataset_num_iters_per_learner", "output_max_rows_per_file",
-         "output_write_remaining_data", "output_write_method", "output_write_method_kwargs",
-         "output_filesystem", "output_filesystem_kwargs", "output_write_episodes",
+        ["offline_data_class", "input_read_schema", "input_read_sample_batches",
+         "input_filesystem", "input_filesystem_kwargs", "materialize_data",
+         "materialize_mapped_data", "ignore_final_observation", "prelearner_class",
+         "prelearner_buffer_class", "prelearner_buffer_kwargs", "prelearner_module_synch_period",
+         "prelearner_use_recorded_module_states", "output_filesystem", "output_filesystem_kwargs",
          "offline_evaluation_interval", "num_offline_eval_runners", "offline_evaluation_type",
          "offline_eval_runner_class", "offline_loss_for_module_fn",
          "offline_eval_batch_size_per_runner", "dataset_num_iters_per_offline_eval_runner",
@@ -420,7 +433,7 @@ UNSUPPORTED: dict[str, str] = {
          "max_num_offline_eval_runner_restarts", "offline_eval_runner_health_probe_timeout_s",
          "offline_eval_runner_restore_timeout_s", "on_evaluate_offline_start",
          "on_evaluate_offline_end", "on_offline_eval_runners_recreated"],
-        "new-stack offline RL and offline evaluation (ray.data pipelines) are out of scope",
+        "offline RL training, remote filesystems and offline evaluation are out of scope",
     ),
     **dict.fromkeys(
         ["sample_collector", "synchronize_filter", "enable_connectors", "replay_mode",
@@ -440,6 +453,9 @@ UNSUPPORTED_VALUES: dict[str, str] = {
     "num_aggregator_actors_per_learner": "there are no aggregator actors",
     "use_env_runner_state_server": "env runner states are synced directly, without a server",
     "learner_connector": "the learners build their batches themselves (no learner pipeline)",
+    "add_default_connectors_to_learner_pipeline": (
+        "the learners build their batches themselves (no learner pipeline to leave empty)"
+    ),
     "_torch_grad_scaler_class": "the learners train in full precision (no grad scaler)",
     "_torch_lr_scheduler_classes": "the learners take lr schedules only as lr=[[t, lr], ...]",
     "_fake_gpus": "there is no fake-GPU mode",

@@ -1,21 +1,36 @@
-"""``Algorithm``: RLlib's training driver: runners, a learner, ``train()`` / ``evaluate()`` / checkpoints.
+"""``Algorithm``: RLlib's training driver: runners, learners, ``train()`` / ``evaluate()`` / checkpoints.
 
 Why: a typical RLlib script is ``config.build_algo()`` then ``algo.train()`` in a
-loop. This class is that entry point on top of the sampling layer: it owns an
-``EnvRunnerGroup`` (``env_runner_group``), an optional evaluation group
-(``eval_env_runner_group``) and one single-file learner in the driver process
-(``PPOLearner`` / ``PGLearner``; subclasses name theirs in ``_learner_class``).
-``train()`` returns RLlib 2.60's nested result dict (``env_runners``,
-``learners/default_policy``, ``timers``, ``evaluation``, ...); checkpoints are
-plain files (JSON + ``.npz``, no pickle).
+loop. This class is that entry point on top of the sampling layer, on both API stacks:
 
-Not supported (each refused with ``ConfigError`` when the config asks for it):
-remote learners (``num_learners > 0``), GPUs the machine does not have,
-multi-agent configs and the old API stack.
+- **New stack** (default): an ``EnvRunnerGroup`` of ``SingleAgentEnvRunner`` or,
+  for ``config.multi_agent(...)``, ``MultiAgentEnvRunner``; one single-file learner
+  in the driver process (``PPOLearner`` / ``PGLearner``; subclasses name theirs in
+  ``_learner_class``), or one per module (``ModuleLearners``) for multi-agent.
+  ``train()`` returns RLlib 2.60's nested result dict (``env_runners``,
+  ``learners/<module id>``, ``timers``, ``evaluation``, ...).
+- **Old stack** (``api_stack(enable_rl_module_and_learner=False,
+  enable_env_runner_and_connector_v2=False)``): an ``EnvRunnerGroup`` of
+  ``RolloutWorker`` actors with the algorithm's policy (``get_default_policy_class``),
+  trained by the local worker's ``learn_on_batch``; results in RLlib's old layout
+  (``env_runners/episode_reward_mean``, ``info/learner/<policy id>/learner_stats``).
+
+Checkpoints are plain files (JSON + ``.npz``, no pickle). Algorithm-level
+callbacks (``on_algorithm_init``, ``on_train_result``, ``on_evaluate_start`` /
+``_end``, ``on_checkpoint_loaded``) fire where RLlib fires them.
+
+Refused with ``ConfigError`` (see ``_refuse_unsupported``): remote learners
+(``num_learners > 0``), learner GPUs (the learners train on the CPU),
+``evaluation_parallel_to_training``, a hybrid API stack (one flag of the two),
+``add_default_connectors_to_env_to_module_pipeline=False``, offline ``input_`` on
+the new stack, and on the old stack an ``exploration_config`` other than
+``StochasticSampling``. ``validate()`` refuses ``exploration_config`` on the new
+stack and ``add_default_connectors_to_learner_pipeline=False``.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import json
 import math
@@ -43,10 +58,17 @@ _RLLIB_STAT_NAMES = {
     "explained_variance": "vf_explained_var",
     "num_env_steps_trained": "num_module_steps_trained",
 }
+#: Old-stack counter names (RLlib's ``Algorithm._counters``).
+_OLD_COUNTERS = (
+    "num_env_steps_sampled",
+    "num_agent_steps_sampled",
+    "num_env_steps_trained",
+    "num_agent_steps_trained",
+)
 
 
 class Algorithm:
-    """Train an RLModule: sample with an ``EnvRunnerGroup``, update a driver-side learner.
+    """Train RLModules (or old-stack policies): sample with an ``EnvRunnerGroup``, update, repeat.
 
     Built by ``config.build_algo()`` (``config.build()`` is the deprecated alias)
     or ``PPO(config=config)``. The config is copied and frozen.
@@ -59,12 +81,18 @@ class Algorithm:
         **kwargs: ``logger_creator`` and other RLlib keywords are accepted and ignored.
 
     Raises:
-        ConfigError: The config asks for something this class cannot do
-            (``num_learners > 0``, GPUs the machine lacks, multi-agent, old stack),
-            or fails ``validate()``.
+        ConfigError: The config asks for something this class cannot do (see the
+            module docstring), or fails ``validate()``.
     """
 
+    #: The old stack's policy class (``"module:Class"``), imported on first use.
+    _old_stack_policy = "envrunners.algorithms.ppo.ppo_torch_policy:PPOTorchPolicy"
+
     def __init__(self, config: Any = None, env: Any = None, **kwargs: Any) -> None:
+        from envrunners.env.env_runner_group import EnvRunnerGroup
+        from envrunners.env.runner_setup import make_callbacks
+        from envrunners.utils.metrics_logger import MetricsLogger
+
         if config is None:
             config = self.get_default_config()
         elif isinstance(config, dict):
@@ -78,23 +106,33 @@ class Algorithm:
         config.freeze()
         self.config = config
         self.iteration = 0
+        self._old_stack = not config.enable_env_runner_and_connector_v2
         self._env_steps_sampled = 0
         self._episodes = 0
+        self._counters = dict.fromkeys(_OLD_COUNTERS, 0)
+        self._episode_history: collections.deque = collections.deque(
+            maxlen=int(config.metrics_num_episodes_for_smoothing)
+        )
         self._time_total_s = 0.0
         self._iterations_since_restore = 0
         self._time_since_restore = 0.0
-        from envrunners.env.env_runner_group import EnvRunnerGroup
-
-        self.env_runner_group = EnvRunnerGroup(config=config)
+        self.metrics = MetricsLogger()
+        self._callbacks = make_callbacks(config)
+        self.env_runner_group = EnvRunnerGroup(config=config, **self._group_kwargs())
         self.eval_env_runner_group: Any = None
+        self.learner: Any = None
         try:
-            self.learner = self._learner_class().from_group(config, self.env_runner_group)
-            self._sync_runner_weights(self.env_runner_group)
+            if self._old_stack:
+                self.env_runner_group.sync_weights()
+            else:
+                self.learner = self._build_learner(self.env_runner_group)
+                self._sync_runner_weights(self.env_runner_group)
             if config.evaluation_interval or config.evaluation_num_env_runners > 0:
                 self._eval_group()
         except BaseException:
             self.stop()
             raise
+        self._fire("on_algorithm_init", algorithm=self, metrics_logger=self.metrics)
 
     # ------------------------------------------------------------------ class hooks
     @classmethod
@@ -103,11 +141,39 @@ class Algorithm:
         return AlgorithmConfig(algo_class=cls)
 
     @classmethod
+    def get_default_policy_class(cls, config: Any = None) -> type:
+        """The old stack's policy class (``PPOTorchPolicy`` unless a subclass says otherwise).
+
+        Named by path (``_old_stack_policy``): the policy module imports its
+        algorithm's config, so importing it here by name keeps the imports acyclic.
+        """
+        return _import_qualified(cls._old_stack_policy)
+
+    @classmethod
     def _learner_class(cls) -> type:
         """The learner class (``PPOLearner`` unless a subclass says otherwise)."""
         from envrunners.algorithms.ppo.ppo_learner import PPOLearner
 
         return PPOLearner
+
+    def _group_kwargs(self) -> dict[str, Any]:
+        if self._old_stack:
+            return {"default_policy_class": self.get_default_policy_class(self.config)}
+        return {}
+
+    def _build_learner(self, group: Any) -> Any:
+        """One learner for a single-agent config; a ``ModuleLearners`` for a multi-agent one."""
+        if self.config.is_multi_agent:
+            from envrunners.algorithms._module_learners import ModuleLearners
+
+            return ModuleLearners.from_group(self.config, group, self._learner_class())
+        return self._learner_class().from_group(self.config, group)
+
+    def _fire(self, event: str, **kwargs: Any) -> None:
+        """Call ``event`` on the callbacks objects and the ``callbacks_on_<event>`` functions."""
+        from envrunners.env.runner_setup import fire
+
+        fire(self, event, **kwargs)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -124,64 +190,69 @@ class Algorithm:
     def train(self) -> dict[str, Any]:
         """Run one training iteration (and evaluation when ``evaluation_interval`` says so).
 
-        One iteration samples ``total_train_batch_size`` env steps, runs one learner
-        update, and syncs weights and connector states back to the runners.
+        One iteration calls the training step (sample ``total_train_batch_size``
+        steps, one learner update, sync weights and connector states) until
+        ``min_time_s_per_iteration``, ``min_sample_timesteps_per_iteration`` and
+        ``min_train_timesteps_per_iteration`` are all reached (at least once), as
+        RLlib does; then ``on_train_result`` callbacks see (and may edit) the result.
 
         Returns:
-            RLlib 2.60's nested result dict: ``env_runners`` (episode and sampling
-            stats, merged over runners), ``learners`` (``default_policy`` losses and
-            ``__all_modules__`` counters), ``timers``, ``fault_tolerance``,
-            ``num_env_steps_sampled_lifetime``, ``training_iteration``, times,
-            ``config`` and, on evaluation iterations, ``evaluation``.
+            New stack: RLlib 2.60's nested result dict: ``env_runners`` (episode and
+            sampling stats, merged over runners and training steps), ``learners``
+            (per module id, plus ``__all_modules__`` counters), ``timers``,
+            ``fault_tolerance``, ``num_env_steps_sampled_lifetime``,
+            ``num_training_step_calls_per_iteration``, times, ``config`` and, on
+            evaluation iterations, ``evaluation``. Old stack: RLlib's old layout
+            (``env_runners/episode_reward_mean``, ``info/learner``, ``counters``, ...).
         """
-        from envrunners.execution.rollout_ops import synchronous_parallel_sample
-
-        config, group = self.config, self.env_runner_group
+        config = self.config
         t_start = time.perf_counter()
-        with _Timer() as t_sample:
-            episodes, runner_metrics = synchronous_parallel_sample(
-                worker_set=group,
-                max_env_steps=config.total_train_batch_size,
-                sample_timeout_s=config.sample_timeout_s,
-                _return_metrics=True,
+        self._timers: dict[str, float] = collections.defaultdict(float)
+        sampled_before = self._env_steps_sampled
+        trained_before = self._env_steps_trained()
+        steps: list[Any] = []
+        while True:
+            steps.append(
+                self._training_step_old_stack() if self._old_stack else self._training_step()
             )
-        self._env_steps_sampled += sum(len(e) for e in episodes)
-        with _Timer() as t_learn:
-            stats = self.learner.update(episodes)
-        with _Timer() as t_sync:
-            self._sync_runner_weights(group)
-            group.sync_env_runner_states(config=config, env_steps_sampled=self._env_steps_sampled)
-        t_step = time.perf_counter() - t_start
+            if _iteration_done(
+                config,
+                time.perf_counter() - t_start,
+                self._env_steps_sampled - sampled_before,
+                self._env_steps_trained() - trained_before,
+            ):
+                break
+        self._timers["training_step"] = time.perf_counter() - t_start
         self.iteration += 1
         self._iterations_since_restore += 1
-        env_runners = merge_runner_metrics(runner_metrics)
-        self._episodes += int(env_runners.get("num_episodes", 0))
-        env_runners["num_episodes_lifetime"] = float(self._episodes)
-        env_runners["num_env_steps_sampled_lifetime"] = float(self._env_steps_sampled)
-        result: dict[str, Any] = {
-            "env_runners": env_runners,
-            "learners": self._learner_results(stats),
-            "num_training_step_calls_per_iteration": 1,
-            "num_env_steps_sampled_lifetime": float(self._env_steps_sampled),
-            "fault_tolerance": {
-                "num_healthy_workers": group.num_healthy_remote_env_runners(),
-                "num_remote_worker_restarts": group.num_remote_worker_restarts(),
-            },
-            "env_runner_group": {"actor_manager_num_outstanding_async_reqs": 0},
-        }
+        if self._old_stack:
+            result = self._old_stack_result(steps, self._env_steps_sampled - sampled_before)
+        else:
+            result = self._new_stack_result(steps)
         interval = config.evaluation_interval
         if interval and self.iteration % interval == 0:
             result["evaluation"] = self.evaluate()
         t_iter = time.perf_counter() - t_start
-        result["timers"] = {
-            "training_iteration": t_iter,
-            "training_step": t_step,
-            "env_runner_sampling_timer": t_sample.seconds,
-            "learner_update_timer": t_learn.seconds,
-            "synch_weights": t_sync.seconds,
-        }
+        self._timers["training_iteration"] = t_iter
+        if self._old_stack:
+            result["timers"] = {
+                "training_iteration_time_ms": 1000 * t_iter,
+                "training_step_time_ms": 1000 * self._timers["training_step"],
+                "sample_time_ms": 1000 * self._timers["sample"],
+                "learn_time_ms": 1000 * self._timers["learn"],
+                "synch_weights_time_ms": 1000 * self._timers["synch_weights"],
+            }
+        else:
+            result["timers"] = {
+                "training_iteration": t_iter,
+                "training_step": self._timers["training_step"],
+                "env_runner_sampling_timer": self._timers["sample"],
+                "learner_update_timer": self._timers["learn"],
+                "synch_weights": self._timers["synch_weights"],
+            }
         self._time_total_s += t_iter
         self._time_since_restore += t_iter
+        _deep_update(result, self.metrics.reduce())
         now = _dt.datetime.now()
         result.update(
             done=False,
@@ -197,22 +268,156 @@ class Algorithm:
             hostname=socket.gethostname(),
             config=self.config.to_dict(),
         )
+        self._fire("on_train_result", algorithm=self, metrics_logger=self.metrics, result=result)
         return result
 
-    def _learner_results(self, stats: dict[str, float]) -> dict[str, Any]:
-        module = {_RLLIB_STAT_NAMES.get(k, k): v for k, v in stats.items()}
-        trained = float(stats.get("num_env_steps_trained", 0.0))
-        module["num_module_steps_trained_lifetime"] = float(self.learner.num_env_steps_trained)
-        module["num_trainable_parameters"] = float(
-            sum(p.numel() for p in self.learner.module.parameters() if p.requires_grad)
-        )
+    def _timed(self, name: str) -> _Timer:
+        return _Timer(self._timers, name)
+
+    def _sample_limit(self) -> dict[str, int]:
+        key = "max_agent_steps" if self.config.count_steps_by == "agent_steps" else "max_env_steps"
+        return {key: int(self.config.total_train_batch_size)}
+
+    def _env_steps_trained(self) -> int:
+        if self._old_stack:
+            return self._counters["num_env_steps_trained"]
+        return int(self.learner.num_env_steps_trained)
+
+    def _training_step(self) -> tuple[dict[str, Any], dict[str, Any], int]:
+        """New stack: sample, update, sync. Returns ``(runner metrics, stats, env steps)``."""
+        from envrunners.execution.rollout_ops import synchronous_parallel_sample
+
+        config, group = self.config, self.env_runner_group
+        with self._timed("sample"):
+            episodes, runner_metrics = synchronous_parallel_sample(
+                worker_set=group,
+                sample_timeout_s=config.sample_timeout_s,
+                _return_metrics=True,
+                **self._sample_limit(),
+            )
+        env_steps = sum(len(e) for e in episodes)
+        self._env_steps_sampled += env_steps
+        with self._timed("learn"):
+            stats = self.learner.update(episodes)
+        with self._timed("synch_weights"):
+            self._sync_runner_weights(group)
+            group.sync_env_runner_states(config=config, env_steps_sampled=self._env_steps_sampled)
+        return merge_runner_metrics(runner_metrics), stats, env_steps
+
+    def _new_stack_result(self, steps: list[tuple[dict, dict, int]]) -> dict[str, Any]:
+        group = self.env_runner_group
+        env_runners = merge_runner_metrics([m for m, _, _ in steps])
+        # Lifetime counters are totals already: the last step's are this iteration's.
+        env_runners.update({k: v for k, v in steps[-1][0].items() if "lifetime" in str(k)})
+        self._episodes += int(sum(m.get("num_episodes", 0) for m, _, _ in steps))
+        env_runners["num_episodes_lifetime"] = float(self._episodes)
+        env_runners["num_env_steps_sampled_lifetime"] = float(self._env_steps_sampled)
         return {
-            DEFAULT_MODULE_ID: module,
-            "__all_modules__": {
-                "num_env_steps_trained": trained,
-                "num_env_steps_trained_lifetime": float(self.learner.num_env_steps_trained),
-                "num_module_steps_trained": trained,
+            "env_runners": env_runners,
+            "learners": self._learner_results(steps),
+            "num_training_step_calls_per_iteration": len(steps),
+            "num_env_steps_sampled_lifetime": float(self._env_steps_sampled),
+            "fault_tolerance": {
+                "num_healthy_workers": group.num_healthy_remote_env_runners(),
+                "num_remote_worker_restarts": group.num_remote_worker_restarts(),
             },
+            "env_runner_group": {"actor_manager_num_outstanding_async_reqs": 0},
+        }
+
+    def _learner_results(self, steps: list[tuple[dict, dict, int]]) -> dict[str, Any]:
+        """``learners/<module id>/...`` from the last step's stats, counts over all steps."""
+        if self.config.is_multi_agent:
+            learners = self.learner.learners
+            per_step = [stats for _, stats, _ in steps]
+            env_trained = float(sum(n for _, stats, n in steps if stats))
+        else:
+            learners = {DEFAULT_MODULE_ID: self.learner}
+            per_step = [{DEFAULT_MODULE_ID: stats} for _, stats, _ in steps]
+            env_trained = float(sum(s.get("num_env_steps_trained", 0.0) for _, s, _ in steps))
+        out: dict[str, Any] = {}
+        module_trained = 0.0
+        for mid, learner in learners.items():
+            trained = [s[mid] for s in per_step if mid in s]
+            n = float(sum(s.get("num_env_steps_trained", 0.0) for s in trained))
+            module_trained += n
+            out[mid] = _module_result(learner, trained[-1] if trained else None, n)
+        out["__all_modules__"] = {
+            "num_env_steps_trained": env_trained,
+            "num_env_steps_trained_lifetime": float(self.learner.num_env_steps_trained),
+            "num_module_steps_trained": module_trained,
+        }
+        return out
+
+    # ------------------------------------------------------------------ old stack
+    def _training_step_old_stack(self) -> dict[str, Any]:
+        """Old stack: sample a batch, ``learn_on_batch`` on the local worker, push weights.
+
+        Returns:
+            ``{policy_id: learn_on_batch info}`` (with the call's number of SGD steps).
+        """
+        from envrunners.execution.rollout_ops import synchronous_parallel_sample
+
+        config, group = self.config, self.env_runner_group
+        with self._timed("sample"):
+            batch = synchronous_parallel_sample(
+                worker_set=group, sample_timeout_s=config.sample_timeout_s, **self._sample_limit()
+            )
+        env_steps, agent_steps = int(batch.env_steps()), int(batch.agent_steps())
+        self._env_steps_sampled += env_steps
+        self._counters["num_env_steps_sampled"] += env_steps
+        self._counters["num_agent_steps_sampled"] += agent_steps
+        local = group.local_env_runner
+        with self._timed("learn"):
+            before = {pid: local.get_policy(pid).num_grad_updates for pid in local.policy_map}
+            info = local.learn_on_batch(batch)
+            for pid, policy_info in info.items():
+                after = local.get_policy(pid).num_grad_updates
+                policy_info["num_grad_updates_this_call"] = after - before.get(pid, 0)
+        if info:
+            self._counters["num_env_steps_trained"] += env_steps
+            self._counters["num_agent_steps_trained"] += agent_steps
+        with self._timed("synch_weights"):
+            group.sync_weights(global_vars={"timestep": self._counters["num_env_steps_sampled"]})
+            if group.num_healthy_remote_env_runners() and config.observation_filter != "NoFilter":
+                # RLlib's _sync_filters_if_needed: merge the workers' filter deltas.
+                group.sync_env_runner_states(config=config)
+        return info
+
+    def _old_stack_episodes(self, group: Any) -> list[Any]:
+        """The ``RolloutMetrics`` of the episodes the group's workers finished since last asked."""
+        per_worker = group.foreach_env_runner("get_metrics", local_env_runner=True)
+        return [m for metrics in per_worker for m in (metrics or [])]
+
+    def _old_stack_result(self, steps: list[dict], env_steps: int) -> dict[str, Any]:
+        from envrunners.algorithms._old_stack_results import learner_info, summarize_episodes
+
+        group = self.env_runner_group
+        new = self._old_stack_episodes(group)
+        smoothing = self._episode_history.maxlen or 0
+        window = list(self._episode_history)[-max(0, smoothing - len(new)) :] if smoothing else []
+        window = (window if len(new) < smoothing else []) + new
+        self._episode_history.extend(new)
+        self._episodes += len(new)
+        counters = dict(self._counters)
+        trained = env_steps if any(steps) else 0
+        t_step = max(self._timers["training_step"], 1e-9)
+        return {
+            "env_runners": summarize_episodes(window, len(new)),
+            "info": {"learner": learner_info(steps[-1]), **counters},
+            "counters": counters,
+            **counters,
+            "num_env_steps_sampled_this_iter": env_steps,
+            "num_env_steps_trained_this_iter": trained,
+            "num_steps_trained_this_iter": trained,
+            "num_env_steps_sampled_lifetime": counters["num_env_steps_sampled"],
+            "num_agent_steps_sampled_lifetime": counters["num_agent_steps_sampled"],
+            "timesteps_total": counters["num_env_steps_sampled"],
+            "agent_timesteps_total": counters["num_agent_steps_sampled"],
+            "num_env_steps_sampled_throughput_per_sec": env_steps / t_step,
+            "num_env_steps_trained_throughput_per_sec": trained / t_step,
+            "num_healthy_workers": group.num_healthy_remote_env_runners(),
+            "num_remote_worker_restarts": group.num_remote_worker_restarts(),
+            "actor_manager_num_outstanding_async_reqs": 0,
         }
 
     # ------------------------------------------------------------------ evaluation
@@ -225,20 +430,36 @@ class Algorithm:
         ``evaluation_duration="auto"`` samples one episode per evaluation runner.
         A ``custom_evaluation_function(algo, eval_env_runner_group)`` replaces the
         sampling; it returns ``(results, env_steps, agent_steps)`` as in RLlib.
+        ``on_evaluate_start`` / ``on_evaluate_end`` callbacks fire around it.
 
         Returns:
             ``{"env_runners": {...}}`` with the same keys as ``train()``'s
-            ``env_runners`` (``episode_return_mean``, ...), plus fault-tolerance counts.
+            ``env_runners`` (``episode_return_mean``, ...; on the old stack
+            ``episode_reward_mean``, ...), plus fault-tolerance counts.
         """
+        self._fire("on_evaluate_start", algorithm=self, metrics_logger=self.metrics)
+        results = self._evaluate()
+        self._fire(
+            "on_evaluate_end",
+            algorithm=self,
+            metrics_logger=self.metrics,
+            evaluation_metrics=results,
+        )
+        return results
+
+    def _evaluate(self) -> dict[str, Any]:
         config = self.config
         group = self._eval_group()
-        self._sync_runner_weights(group)
-        connector_state = self.env_runner.get_state(
-            components=["env_to_module_connector", "module_to_env_connector"]
-        )
-        connector_state.pop("num_env_steps_sampled_lifetime", None)
-        if connector_state:
-            group.foreach_env_runner("set_state", kwargs={"state": connector_state})
+        if self._old_stack:
+            group.sync_weights(from_worker_or_learner_group=self.env_runner)
+        else:
+            self._sync_runner_weights(group)
+            connector_state = self.env_runner.get_state(
+                components=["env_to_module_connector", "module_to_env_connector"]
+            )
+            connector_state.pop("num_env_steps_sampled_lifetime", None)
+            if connector_state:
+                group.foreach_env_runner("set_state", kwargs={"state": connector_state})
         if config.custom_evaluation_function is not None:
             return _custom_evaluation(config.custom_evaluation_function, self, group)
         remote = group.num_healthy_remote_env_runners()
@@ -247,20 +468,39 @@ class Algorithm:
         unit = config.evaluation_duration_unit
         if duration == "auto":
             duration, unit = workers, "episodes"
-        share = max(1, math.ceil(int(duration) / workers))
-        kwargs = {"num_episodes": share} if unit == "episodes" else {"num_timesteps": share}
-        results = group.foreach_env_runner(
-            _sample_and_report,
-            kwargs=kwargs,
-            local_env_runner=remote == 0,
-            timeout_seconds=config.evaluation_sample_timeout_s,
-        )
-        metrics = merge_runner_metrics([m for _, m in results])
+        if self._old_stack:
+            metrics = self._evaluate_old_stack(group, int(duration), unit)
+        else:
+            share = max(1, math.ceil(int(duration) / workers))
+            kwargs = {"num_episodes": share} if unit == "episodes" else {"num_timesteps": share}
+            results = group.foreach_env_runner(
+                _sample_and_report,
+                kwargs=kwargs,
+                local_env_runner=remote == 0,
+                timeout_seconds=config.evaluation_sample_timeout_s,
+            )
+            metrics = merge_runner_metrics([m for _, m in results])
         return {
             "env_runners": metrics,
             "num_healthy_workers": remote,
             "num_remote_worker_restarts": group.num_remote_worker_restarts(),
         }
+
+    def _evaluate_old_stack(self, group: Any, duration: int, unit: str) -> dict[str, Any]:
+        """Sample rounds on the evaluation workers until ``duration`` episodes / steps."""
+        from envrunners.algorithms._old_stack_results import summarize_episodes
+        from envrunners.execution.rollout_ops import synchronous_parallel_sample
+
+        self._old_stack_episodes(group)  # drop episodes of earlier calls
+        episodes: list[Any] = []
+        steps = 0
+        while (len(episodes) if unit == "episodes" else steps) < duration:
+            batch = synchronous_parallel_sample(
+                worker_set=group, sample_timeout_s=self.config.evaluation_sample_timeout_s
+            )
+            steps += int(batch.env_steps())
+            episodes += self._old_stack_episodes(group)
+        return summarize_episodes(episodes, len(episodes))
 
     def _eval_group(self) -> Any:
         if self.eval_env_runner_group is None:
@@ -268,41 +508,86 @@ class Algorithm:
 
             eval_config = self.config.get_evaluation_config_object()
             eval_config.freeze()
-            self.eval_env_runner_group = EnvRunnerGroup(config=eval_config)
+            self.eval_env_runner_group = EnvRunnerGroup(config=eval_config, **self._group_kwargs())
         return self.eval_env_runner_group
 
     def _sync_runner_weights(self, group: Any) -> None:
-        group.sync_weights(from_worker_or_learner_group=self.learner, inference_only=True)
+        if self._old_stack:
+            group.sync_weights(from_worker_or_learner_group=self.env_runner)
+        else:
+            group.sync_weights(from_worker_or_learner_group=self.learner, inference_only=True)
 
     # ------------------------------------------------------------------ weights and modules
     def get_module(self, module_id: str = DEFAULT_MODULE_ID) -> Any:
-        """The RLModule of the local env runner (the learner's when the runner has none).
+        """The RLModule ``module_id`` of the local env runner (the learner's when it has none).
 
-        Returns None for a module id other than ``default_policy`` (single-agent only).
+        Returns None for an unknown module id and on the old stack (see ``get_policy``).
         """
-        if module_id != DEFAULT_MODULE_ID:
+        if self._old_stack:
             return None
         runner = self.env_runner
         module = getattr(runner, "module", None) if runner is not None else None
+        if self.config.is_multi_agent:
+            if module_id not in self.learner.learners:
+                return None
+            if module is not None and module_id in module.keys():
+                return module[module_id]
+            return self.learner.learners[module_id].module
+        if module_id != DEFAULT_MODULE_ID:
+            return None
         return module if module is not None else self.learner.module
 
+    def get_policy(self, policy_id: str = DEFAULT_MODULE_ID) -> Any:
+        """Old stack: the local worker's policy ``policy_id`` (None if unknown or new stack)."""
+        if not self._old_stack:
+            return None
+        return self.env_runner.get_policy(policy_id)
+
     def get_weights(self, policies: list[str] | None = None) -> dict[str, Any]:
-        """``{module id: weights}`` of the learner's module (numpy arrays)."""
-        weights = {DEFAULT_MODULE_ID: self.learner.module.get_state()}
+        """``{module id: weights}`` of the learners' modules (numpy arrays)."""
+        if self._old_stack:
+            return self.env_runner.get_weights(policies)
+        weights = {mid: learner.module.get_state() for mid, learner in self._learners().items()}
         return {k: v for k, v in weights.items() if policies is None or k in policies}
 
     def set_weights(self, weights: dict[str, Any]) -> None:
-        """Load ``{module id: weights}`` into the learner and push them to every runner."""
-        if DEFAULT_MODULE_ID in weights:
-            self.learner.module.set_state(weights[DEFAULT_MODULE_ID])
+        """Load ``{module id: weights}`` into the learners and push them to every runner."""
+        if self._old_stack:
+            self.env_runner.set_weights(weights)
+        else:
+            learners = self._learners()
+            for mid, sub in weights.items():
+                if mid in learners:
+                    learners[mid].module.set_state(sub)
             self.learner.weights_seq_no += 1
         self._sync_runner_weights(self.env_runner_group)
         if self.eval_env_runner_group is not None:
             self._sync_runner_weights(self.eval_env_runner_group)
 
+    def _learners(self) -> dict[str, Any]:
+        if self.config.is_multi_agent:
+            return self.learner.learners
+        return {DEFAULT_MODULE_ID: self.learner}
+
     # ------------------------------------------------------------------ checkpoints
     def get_state(self) -> dict[str, Any]:
-        """Learner state, local runner connector state and the training counters."""
+        """Learner (or old-stack policy) states, connector states and the training counters."""
+        progress = {
+            "training_iteration": self.iteration,
+            "num_env_steps_sampled_lifetime": self._env_steps_sampled,
+            "num_episodes_lifetime": self._episodes,
+            "time_total_s": self._time_total_s,
+            "counters": dict(self._counters),
+        }
+        if self._old_stack:
+            local = self.env_runner
+            policies = {}
+            for pid in local.policy_map:
+                state = dict(local.get_policy(pid).get_state())
+                state.pop("policy_spec", None)  # rebuilt from the config on restore
+                policies[pid] = state
+            filters = {pid: f.get_state() for pid, f in local.filters.items()}
+            return {"policies": policies, "filters": filters, "progress": progress}
         runner_state = self.env_runner.get_state(
             components=["env_to_module_connector", "module_to_env_connector"]
         )
@@ -310,12 +595,7 @@ class Algorithm:
         return {
             "learner": self.learner.get_state(),
             "env_runner": runner_state,
-            "progress": {
-                "training_iteration": self.iteration,
-                "num_env_steps_sampled_lifetime": self._env_steps_sampled,
-                "num_episodes_lifetime": self._episodes,
-                "time_total_s": self._time_total_s,
-            },
+            "progress": progress,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -327,7 +607,21 @@ class Algorithm:
         )
         self._episodes = int(progress.get("num_episodes_lifetime", self._episodes))
         self._time_total_s = float(progress.get("time_total_s", self._time_total_s))
-        if "learner" in state:
+        self._counters.update({k: int(v) for k, v in progress.get("counters", {}).items()})
+        if self._old_stack:
+            local = self.env_runner
+            for pid, policy_state in (state.get("policies") or {}).items():
+                policy = local.get_policy(pid)
+                if policy is not None:
+                    policy.set_state(policy_state)
+            for pid, filter_state in (state.get("filters") or {}).items():
+                if pid in local.filters:
+                    local.filters[pid].set_state(filter_state)
+            if state.get("filters"):
+                self.env_runner_group.foreach_env_runner(
+                    "sync_filters", kwargs={"new_filters": local.get_filters()}
+                )
+        elif "learner" in state:
             self.learner.set_state(state["learner"])
         runner_state = dict(state.get("env_runner", {}))
         if runner_state:
@@ -370,9 +664,13 @@ class Algorithm:
         return str(target)
 
     def restore_from_path(self, path: str | os.PathLike, **kwargs: Any) -> None:
-        """Load the state of a ``save_to_path`` checkpoint into this algorithm."""
+        """Load the state of a ``save_to_path`` checkpoint into this algorithm.
+
+        Fires ``on_checkpoint_loaded`` (as RLlib's ``restore`` does).
+        """
         state, _ = _load_checkpoint(path)
         self.set_state(state)
+        self._fire("on_checkpoint_loaded", algorithm=self)
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, **kwargs: Any) -> Algorithm:
@@ -380,13 +678,25 @@ class Algorithm:
 
         Config keys that were not JSON data (callables, classes, spaces) are not in
         the checkpoint; their defaults apply and a ``UserWarning`` names them.
+
+        Raises:
+            ConfigError: The checkpoint's config was multi-agent (its ``policies`` /
+                ``policy_mapping_fn`` are not JSON data): build the algorithm from
+                its config and call ``restore_from_path`` instead.
         """
         state, meta = _load_checkpoint(path)
         algo_cls = _import_qualified(meta["algo_class"])
         config_cls = _import_qualified(meta["config_class"])
-        if meta.get("config_not_saved"):
+        lost = set(meta.get("config_not_saved") or ())
+        if lost & {"policies", "policy_mapping_fn", "policies_to_train"}:
+            raise ConfigError(
+                f"checkpoint {path}: its multi-agent config keys {sorted(lost)} are not JSON "
+                "data and were not saved, so from_checkpoint() cannot rebuild the algorithm; "
+                "use `algo = config.build_algo(); algo.restore_from_path(path)` instead"
+            )
+        if lost:
             warnings.warn(
-                f"checkpoint {path}: config keys {meta['config_not_saved']} were not saved "
+                f"checkpoint {path}: config keys {sorted(lost)} were not saved "
                 "(not JSON data); their defaults apply",
                 UserWarning,
                 stacklevel=2,
@@ -394,6 +704,7 @@ class Algorithm:
         config = config_cls().update_from_dict(meta["config"])
         algo = algo_cls(config=config)
         algo.set_state(state)
+        algo._fire("on_checkpoint_loaded", algorithm=algo)
         return algo
 
     # ------------------------------------------------------------------ shutdown
@@ -411,16 +722,60 @@ class Algorithm:
 
 # ---------------------------------------------------------------------- helpers
 class _Timer:
-    """``with _Timer() as t: ...`` then ``t.seconds``."""
+    """``with _Timer(totals, name): ...`` adds the block's seconds to ``totals[name]``."""
 
-    seconds = 0.0
+    def __init__(self, totals: dict[str, float], name: str) -> None:
+        self._totals, self._name = totals, name
 
     def __enter__(self) -> _Timer:
         self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.seconds = time.perf_counter() - self._t0
+        self._totals[self._name] += time.perf_counter() - self._t0
+
+
+def _iteration_done(config: Any, seconds: float, sampled: int, trained: int) -> bool:
+    """RLlib's stop rule for one iteration's loop of training steps.
+
+    Done when ``min_time_s_per_iteration``, ``min_sample_timesteps_per_iteration``
+    and ``min_train_timesteps_per_iteration`` (each skipped when unset or 0) are all
+    reached by this iteration's time, sampled and trained env steps.
+    """
+    min_t = config.min_time_s_per_iteration
+    min_sample = config.min_sample_timesteps_per_iteration
+    min_train = config.min_train_timesteps_per_iteration
+    return (
+        (not min_t or seconds >= min_t)
+        and (not min_sample or sampled >= min_sample)
+        and (not min_train or trained >= min_train)
+    )
+
+
+def _module_result(learner: Any, stats: dict[str, float] | None, trained: float) -> dict:
+    """``learners/<module id>``: RLlib's stat names; the schedules only for an untrained module."""
+    if stats is None:
+        module = {
+            "default_optimizer_learning_rate": learner._lr(learner.num_env_steps_trained),
+            "curr_entropy_coeff": learner._entropy_coeff(learner.num_env_steps_trained),
+        }
+    else:
+        module = {_RLLIB_STAT_NAMES.get(k, k): v for k, v in stats.items()}
+        module["num_module_steps_trained"] = trained
+        module["num_module_steps_trained_lifetime"] = float(learner.num_env_steps_trained)
+    module["num_trainable_parameters"] = float(
+        sum(p.numel() for p in learner.module.parameters() if p.requires_grad)
+    )
+    return module
+
+
+def _deep_update(target: dict, extra: dict) -> None:
+    """Merge nested ``extra`` into ``target`` (values the user logged on ``metrics``)."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _deep_update(target[key], value)
+        else:
+            target[key] = value
 
 
 def _custom_evaluation(func: Any, algo: Algorithm, group: Any) -> dict[str, Any]:
@@ -476,6 +831,17 @@ def merge_runner_metrics(metrics: list[dict]) -> dict[str, Any]:
 
 
 def _refuse_unsupported(config: AlgorithmConfig) -> None:
+    """Raise one ``ConfigError`` naming every key this ``Algorithm`` cannot honour.
+
+    Still refused: ``num_learners > 0`` (learners run in the driver), learner GPUs
+    (``num_gpus_per_learner`` / ``num_gpus``: the learners train on the CPU),
+    ``evaluation_parallel_to_training``, a hybrid API stack,
+    ``add_default_connectors_to_env_to_module_pipeline=False`` (the runners' acting
+    path does batching and tensors itself, so there are no default pieces to leave
+    out), offline ``input_`` on the new stack (its runners only sample envs) and, on
+    the old stack, an ``exploration_config`` other than ``StochasticSampling`` (the
+    policies sample from their action distribution).
+    """
     problems = []
     if config.num_learners:
         problems.append(
@@ -483,22 +849,44 @@ def _refuse_unsupported(config: AlgorithmConfig) -> None:
             "process only; use num_learners=0"
         )
     gpus = max(float(config.num_gpus_per_learner or 0), float(config.num_gpus or 0))
-    if gpus > 0 and not _cuda_available():
+    if gpus > 0:
+        why = "the learners train on the CPU" if _cuda_available() else "this machine has none"
         problems.append(
-            f"{gpus:g} GPU(s) asked for (num_gpus_per_learner / num_gpus) but this machine "
-            "has none; set them to 0"
+            f"{gpus:g} GPU(s) asked for (num_gpus_per_learner / num_gpus) but {why}; set them to 0"
         )
     if config.evaluation_parallel_to_training:
         problems.append(
             "evaluation_parallel_to_training=True is not supported by Algorithm (evaluation "
             "runs after the training step); set it to False"
         )
-    if config.is_multi_agent:
-        problems.append("multi-agent configs (config.multi_agent) are not supported by Algorithm")
-    if not config.enable_env_runner_and_connector_v2:
+    new_learner = bool(config.enable_rl_module_and_learner)
+    new_runners = bool(config.enable_env_runner_and_connector_v2)
+    if new_learner != new_runners:
         problems.append(
-            "the old API stack (api_stack(enable_env_runner_and_connector_v2=False)) is not "
-            "supported by Algorithm; use the new stack"
+            f"a hybrid API stack (enable_rl_module_and_learner={new_learner}, "
+            f"enable_env_runner_and_connector_v2={new_runners}) is not supported; set both "
+            "to True (new stack) or both to False (old stack)"
+        )
+    if new_runners and not config.add_default_connectors_to_env_to_module_pipeline:
+        problems.append(
+            "add_default_connectors_to_env_to_module_pipeline=False is not supported: the "
+            "runners batch observations and make tensors themselves (no default connector "
+            "pieces to leave out); leave it True and add your own pieces with "
+            "env_to_module_connector"
+        )
+    if new_runners and config.input_ != "sampler":
+        problems.append(
+            f"input_={config.input_!r}: the new-stack Algorithm samples from the env (no "
+            "offline learning); offline input is read by the old stack's RolloutWorkers "
+            "(api_stack(enable_rl_module_and_learner=False, "
+            "enable_env_runner_and_connector_v2=False))"
+        )
+    exploration = config.exploration_config or {}
+    if not new_runners and exploration.get("type", "StochasticSampling") != "StochasticSampling":
+        problems.append(
+            f"exploration_config={exploration!r} is not supported on the old stack: the "
+            "policies sample from their action distribution (StochasticSampling; "
+            "explore=False acts greedily); remove exploration_config"
         )
     if problems:
         raise ConfigError(problems=problems)

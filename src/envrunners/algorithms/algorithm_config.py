@@ -58,7 +58,13 @@ from envrunners.algorithms._config_fields import (
     extend_fields,
 )
 from envrunners.core import DEFAULT_POLICY_ID
-from envrunners.errors import ConfigError, FrozenConfigError, UnknownOptionError, suggest
+from envrunners.errors import (
+    ConfigError,
+    FrozenConfigError,
+    NoAlgorithmClassError,
+    UnknownOptionError,
+    suggest,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -205,8 +211,11 @@ class AlgorithmConfig:
                 ``max_num_env_runner_restarts``, ``delay_between_env_runner_restarts_s``
                 (default 1 s here, 60 s in RLlib), ``restart_failed_sub_environments``,
                 ``num_consecutive_env_runner_failures_tolerance``,
-                ``env_runner_health_probe_timeout_s``, ``env_runner_restore_timeout_s``;
-                old names (``recreate_failed_workers``, ``ignore_worker_failures``,
+                ``env_runner_health_probe_timeout_s``, ``env_runner_restore_timeout_s``,
+                and envrunners' own ``replace_env_runner_after_missed_deadlines``
+                (default 2: a runner whose ``sample()`` is still running that many
+                ``sample_timeout_s`` deadlines after it was sent is killed and replaced;
+                it is out of service from its first missed deadline); old names (``recreate_failed_workers``, ``ignore_worker_failures``,
                 ``recreate_failed_env_runners``, ...) warn and map to these.
         """
         return self._update(FT, kwargs)
@@ -223,14 +232,21 @@ class AlgorithmConfig:
         return self._update(MA, kwargs)
 
     def offline_data(self, **kwargs: Any) -> Self:
-        """Set where old-stack runners read experience from and write it to.
+        """Set where runners read experience from and write it to.
 
         Args:
             **kwargs: ``input_`` (``"sampler"``, paths, a dict of input -> probability,
                 or a callable), ``input_config``, ``actions_in_input_normalized``,
                 ``postprocess_inputs``, ``shuffle_buffer_size``, ``output``,
                 ``output_config``, ``output_compress_columns``, ``output_max_file_size``,
-                ``offline_sampling``.
+                ``offline_sampling``; new stack (``OfflineData``,
+                ``OfflineSingleAgentEnvRunner``, Parquet): ``input_read_method``,
+                ``input_read_method_kwargs``, ``input_read_episodes``,
+                ``input_read_batch_size``, ``input_compress_columns``,
+                ``map_batches_kwargs``, ``iter_batches_kwargs``,
+                ``dataset_num_iters_per_learner``, ``output_write_episodes``,
+                ``output_max_rows_per_file``, ``output_write_remaining_data``,
+                ``output_write_method``, ``output_write_method_kwargs``.
         """
         return self._update(OFF, kwargs)
 
@@ -491,6 +507,15 @@ class AlgorithmConfig:
                 f"grad_clip_by={self.grad_clip_by!r} is not supported by envrunners: gradients "
                 "are clipped by their global norm; use grad_clip_by='global_norm'."
             )
+        if self.enable_rl_module_and_learner and self.exploration_config:
+            # RLlib's own text (AlgorithmConfig.validate, new API stack).
+            problems.append(
+                "When the RLModule API is enabled, exploration_config can not be set. If you "
+                "want to implement custom exploration behaviour, please modify the "
+                "`forward_exploration` method of the RLModule at hand. On configs that have a "
+                "default exploration config, this must be done via "
+                f"`config.exploration_config={{}}` (got {self.exploration_config!r})."
+            )
         if isinstance(self.evaluation_config, dict):
             where = f"{type(self).__name__}.evaluation_config"
             _, found = self._resolve(None, self.evaluation_config, where)
@@ -585,11 +610,12 @@ class AlgorithmConfig:
             **kwargs: Other RLlib keywords (``logger_creator``, ...), passed on.
 
         Raises:
-            ConfigError: The config names no algorithm class (a base
-                ``AlgorithmConfig()``; use ``PPOConfig``/``PGConfig``).
+            NoAlgorithmClassError: The config names no algorithm class (a base
+                ``AlgorithmConfig()``; use ``PPOConfig``/``PGConfig``). A ``ConfigError``
+                and, as RLlib raises there, a ``TypeError``.
         """
         if self.algo_class is None:
-            raise ConfigError(
+            raise NoAlgorithmClassError(
                 f"{type(self).__name__} names no algorithm class: build_algo() needs an "
                 "algorithm's config (PPOConfig(), PGConfig()) or AlgorithmConfig(algo_class=...)"
             )

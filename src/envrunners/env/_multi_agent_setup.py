@@ -50,6 +50,14 @@ logger = logging.getLogger("envrunners")
 
 
 def _mro_names(obj: Any) -> set[str]:
+    """Class names of ``obj``'s PettingZoo API: its own class first, then ``unwrapped``'s.
+
+    A parallel wrapper around a turn-based env (``aec_to_parallel``) unwraps to the
+    ``AECEnv``; its own class says which API it speaks.
+    """
+    names = {cls.__name__ for cls in type(obj).__mro__}
+    if names & {"AECEnv", "ParallelEnv", "MultiAgentEnv"}:
+        return names
     return {cls.__name__ for cls in type(getattr(obj, "unwrapped", obj)).__mro__}
 
 

@@ -4,19 +4,33 @@ Why a module of its own: the group must work without Ray (``num_env_runners=0``)
 join a cluster when there is one (``RAY_ADDRESS`` or an initialised Ray), and
 otherwise start an embedded local Ray that it shuts down again when the last
 group that needed it stops.
+
+A Ray that envrunners starts is reachable from this machine only: its node IP is
+127.0.0.1, so every Ray process (GCS, raylet, workers, agents) listens on
+loopback, and Ray's token authentication (on by default for a new local Ray since
+Ray 2.60) stays on; ``RAY_AUTH_MODE=disabled`` gets one warning per process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from envrunners.errors import ConfigError
 
-__all__ = ["acquire_ray", "default_runner_class", "make_remote_class", "release_ray"]
+__all__ = [
+    "acquire_ray",
+    "default_runner_class",
+    "init_local_ray",
+    "join_ray",
+    "make_remote_class",
+    "release_ray",
+]
 
 logger = logging.getLogger("envrunners")
 
@@ -33,11 +47,98 @@ EMBEDDED_SYSTEM_CONFIG = {
 }
 
 
+_auth_warned = threading.Event()
+
+
+def warn_if_auth_disabled() -> None:
+    """Warn once per process when ``RAY_AUTH_MODE=disabled`` turns Ray's token auth off.
+
+    Why: without the token anyone who can reach a Ray port can run code in it.
+    """
+    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() != "disabled":
+        return
+    if _auth_warned.is_set():
+        return
+    _auth_warned.set()
+    logger.warning(
+        "RAY_AUTH_MODE=disabled: Ray's token authentication is off, so any process that "
+        "can reach a Ray port can run code in it. Unset RAY_AUTH_MODE (or set it to "
+        "'token') to keep it on; see docs/security.md."
+    )
+
+
+def is_loopback_address(address: str) -> bool:
+    """Whether a Ray address (``host:port``, ``ray://host:port``, a bare host or ``auto``,
+    the cluster recorded on this machine) is on this machine's loopback."""
+    if address.strip().lower() == "auto":
+        return True
+    host = address.split("://", 1)[-1]
+    if host.startswith("["):  # [::1]:6379
+        host = host[1 : host.find("]")]
+    elif host.count(":") == 1:
+        host = host.rsplit(":", 1)[0]
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+@contextlib.contextmanager
+def loopback_node_ip() -> Iterator[None]:
+    """While Ray starts or joins here: this node's IP is the loopback address.
+
+    Why: on Linux Ray replaces 127.0.0.1 by the machine's outward IP (its
+    ``get_node_ip_address`` only keeps loopback where ``ENABLE_RAY_CLUSTER`` is off,
+    as on Windows/macOS), and its gRPC servers listen on all interfaces unless the
+    node IP is loopback. With it, GCS, raylet, workers and the runtime-env agent
+    all listen on 127.0.0.1. Restored afterwards: a started node keeps its IP.
+    """
+    from ray._private import ray_constants
+
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):  # pragma: no cover - another Ray
+        yield  # (tests/test_ray_security.py then reports what listens where)
+        return
+    old = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = old
+
+
+def init_local_ray(num_cpus: int, **options: Any) -> None:
+    """Start a local Ray that listens on 127.0.0.1 only, with token auth (Ray's default).
+
+    ``options`` go to ``ray.init`` (e.g. ``_system_config``, ``logging_level``);
+    the dashboard is off (it would be one more HTTP port). ``address="local"``: a
+    new Ray even where ``ray start`` left one running (or a stale
+    ``/tmp/ray/ray_current_cluster`` names a dead one); joining is the user's choice.
+    """
+    import ray
+
+    warn_if_auth_disabled()
+    options.setdefault("include_dashboard", False)
+    options.setdefault("address", "local")
+    with loopback_node_ip():
+        ray.init(num_cpus=num_cpus, **options)
+
+
+def join_ray(address: str, **options: Any) -> None:
+    """Connect to the Ray cluster at ``address`` (the user's choice, e.g. ``RAY_ADDRESS``).
+
+    A loopback address is joined over loopback (Ray would otherwise swap it for
+    the machine's outward IP, which a loopback-only cluster does not listen on).
+    """
+    import ray
+
+    warn_if_auth_disabled()
+    joined = loopback_node_ip() if is_loopback_address(address) else contextlib.nullcontext()
+    with joined:
+        ray.init(address=address, **options)
+
+
 def acquire_ray(num_cpus_needed: float) -> bool:
     """Make sure Ray is up; return True if this call took a reference on a Ray we manage.
 
     Reuses an initialised Ray, joins ``RAY_ADDRESS`` if set, else starts a local
-    Ray bound to this machine with enough CPUs for the runners. Each True return
+    Ray bound to 127.0.0.1 with enough CPUs for the runners. Each True return
     must be paired with one ``release_ray()``.
     """
     import ray
@@ -51,13 +152,12 @@ def acquire_ray(num_cpus_needed: float) -> bool:
         address = os.environ.get("RAY_ADDRESS")
         if address:
             logger.info("Joining the Ray cluster at RAY_ADDRESS=%s.", address)
-            ray.init(address=address, ignore_reinit_error=True)
+            join_ray(address, ignore_reinit_error=True)
         else:
             num_cpus = max(2, os.cpu_count() or 2, math.ceil(num_cpus_needed))
             logger.info("Starting a local Ray with num_cpus=%d for the env runners.", num_cpus)
-            ray.init(
-                num_cpus=num_cpus,
-                include_dashboard=False,
+            init_local_ray(
+                num_cpus,
                 ignore_reinit_error=True,
                 _system_config=dict(EMBEDDED_SYSTEM_CONFIG),
             )

@@ -9,10 +9,20 @@ Classification of a failed remote call:
 - the call raised ``EnvRunnerError`` (env failure, failed ``set_state``): a
   **runner fault**; the runner is rebuilt in place (no new process);
 - the call raised anything else: a **user error**; it is raised to the caller
-  and the runner stays in service.
+  and the runner stays in service;
+- the call missed its deadline: the runner is out of service at once (the
+  manager watches its late call); if that call returns it is restored, if it
+  is still running ``replace_env_runner_after_missed_deadlines`` deadlines
+  after it was sent, the runner is killed as hung and replaced.
 
-A dead runner's place is taken by the group's standby runner (an idle actor
-with the imports done) when one is ready, else Ray restarts the process.
+A fault that is neither ignored nor restarted reaches the caller as a
+``RemoteEnvRunnerError`` (a ``ray.exceptions.RayError``) naming the runner.
+
+A dead runner's place, or that of one Ray cannot restart yet (its node is
+lost, no room), is taken by the group's standby runner (an idle actor with the
+imports done, the runners' resources, placed away from their nodes where the
+cluster allows) when one is ready, else Ray restarts the process wherever there
+is room, whichever comes first.
 
 Restoring: an unhealthy runner that Ray reports alive gets one ``set_state``
 call with the last broadcast weights, connector states and lifetime step count
@@ -30,12 +40,14 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from envrunners import errors
 from envrunners.env import _ray_setup
 from envrunners.env import _remote_runner_calls as remote
 from envrunners.env._runner_state import INTERNAL_TAGS, BroadcastRecord
 from envrunners.errors import EnvRunnerError
 from envrunners.utils.actor_manager import (
     RemoteCallResults,
+    actor_node_id,
     actor_state_in_gcs,
     remote_traceback_of,
 )
@@ -107,6 +119,10 @@ class RunnerRecovery:
         self._standby_ready: Any = None
         self.ctor_kwargs: dict[int, dict] = {}
         self.local_env_runner: Any = None
+        #: Runners whose process was replaced and that serve again (lifetime count).
+        self.num_replaced = 0
+        #: Ids of runners replaced (standby or new process) that serve again.
+        self.replaced_ids: set[int] = set()
         self.reset()
 
     def reset(self) -> None:
@@ -118,6 +134,8 @@ class RunnerRecovery:
         self._rebuilds: dict[int, int] = defaultdict(int)
         self._fault_streak: dict[int, int] = defaultdict(int)
         self._restore_failures: dict[int, int] = defaultdict(int)
+        #: Runners whose process is being replaced (counted once they serve again).
+        self._replacing: set[int] = set()
 
     def close(self) -> None:
         """Kill the standby and forget everything (the group stopped)."""
@@ -128,13 +146,13 @@ class RunnerRecovery:
     def runners_added(self) -> None:
         """New runners are up: start the standby now, or its clock."""
         if self._standby_due == 0.0:
-            self.spawn_standby(reserve_cpus=False)
+            self.spawn_standby()
         elif self._standby_due == float("inf"):
             self._standby_due = time.monotonic() + STANDBY_AFTER_S
 
     # ------------------------------------------------------------------ classification
     def fault_error(self, actor_id: int, error: BaseException) -> EnvRunnerError:
-        """The ``EnvRunnerError`` raised to the caller for a fault of runner ``actor_id``."""
+        """The ``RemoteEnvRunnerError`` raised to the caller for a fault of runner ``actor_id``."""
         from ray.exceptions import RayTaskError
 
         cause = getattr(error, "cause", None) if isinstance(error, RayTaskError) else None
@@ -150,7 +168,7 @@ class RunnerRecovery:
                 " Set config.fault_tolerance(restart_failed_env_runners=True) to restart "
                 "failed runners, or ignore_env_runner_failures=True to go on without them."
             )
-        err = EnvRunnerError(
+        err = errors.RemoteEnvRunnerError(
             text.rstrip(".") + "." + fix,
             runner_index=actor_id,
             remote_traceback=remote_traceback_of(error),
@@ -188,18 +206,57 @@ class RunnerRecovery:
                 logger.warning("env runner %d failed: %s", result.actor_id, str(err)[:2000])
             elif first is None:
                 first = self.fault_error(result.actor_id, err)
-        for actor_id in self._manager.take_hung_actor_kills():
-            if self._config.restart_failed_env_runners:
-                self._replace_dead(actor_id)
-            if first is None and not self._ignore_errors:
-                first = EnvRunnerError(
-                    "missed num_consecutive_env_runner_failures_tolerance="
-                    f"{self._config.num_consecutive_env_runner_failures_tolerance} "
-                    "deadlines in a row; it was killed as hung.",
-                    runner_index=actor_id,
-                )
+        hung = self._after_hung_kills()
+        if first is None and hung is not None and not self._ignore_errors:
+            first = hung
         if first is not None:
             raise first
+
+    def _after_hung_kills(self) -> EnvRunnerError | None:
+        """Replace the runners the manager killed as hung (or take them out for good).
+
+        Returns:
+            The error for the first of them (raised unless failures are ignored).
+        """
+        import ray
+
+        first = None
+        for actor_id in self._manager.take_hung_actor_kills():
+            self._restore_calls.pop(actor_id, None)
+            if self._config.restart_failed_env_runners:
+                self._replacing.add(actor_id)
+                self._replace_dead(actor_id)  # else Ray restarts the killed process
+            else:
+                ray.kill(self._manager.get_actor(actor_id), no_restart=True)
+                self._given_up.add(actor_id)
+            if first is None:
+                first = errors.RemoteEnvRunnerError(
+                    "its call was still running "
+                    f"replace_env_runner_after_missed_deadlines="
+                    f"{self._config.replace_env_runner_after_missed_deadlines} deadlines after "
+                    "it was sent; it was killed as hung.",
+                    runner_index=actor_id,
+                )
+        return first
+
+    def check_late_calls(self) -> None:
+        """Restore runners whose late call returned; replace those whose call is hung."""
+        manager = self._manager
+        for result in manager.check_late_calls():
+            actor_id = result.actor_id
+            if actor_id not in manager.actors() or manager.is_actor_healthy(actor_id):
+                continue
+            if not result.ok:
+                err = result.get()
+                if is_runner_fault(err):
+                    self._after_fault(actor_id, err)
+                    continue
+                logger.warning("env runner %d: a late call raised %s", actor_id, str(err)[:500])
+            if actor_id not in self._restore_calls and actor_id not in self._given_up:
+                self._fire_restore(actor_id)
+        hung = self._after_hung_kills()
+        if hung is not None and not self._ignore_errors:
+            raise hung
 
     def _after_fault(self, actor_id: int, error: BaseException) -> None:
         """Restart (rebuild) a failed runner, or take it out for good, per the config."""
@@ -223,6 +280,7 @@ class RunnerRecovery:
         if not self._may_restart(actor_id):
             return
         if not alive:
+            self._replacing.add(actor_id)
             # A first failure in a row gets the standby; a crash loop waits for Ray.
             if self._fault_streak[actor_id] <= 1:
                 self._replace_dead(actor_id)  # else Ray restarts the process
@@ -258,14 +316,70 @@ class RunnerRecovery:
         return True
 
     # ------------------------------------------------------------------ standby
-    def spawn_standby(self, reserve_cpus: bool) -> None:
-        """Start the standby actor (with the runner's CPUs reserved, or none)."""
+    def spawn_standby(self) -> None:
+        """Start the standby actor: the runners' resources, away from their nodes if possible.
+
+        It reserves what a runner reserves, so a runner it replaces never shares
+        a CPU unaccounted. Without room for it in the cluster it is not started
+        (a lost runner then waits for Ray to restart it where there is room);
+        ``maintain`` tries again every ``STANDBY_AFTER_S`` seconds.
+        """
         if not self._standby_on or self._closed or self.standby is not None:
             return
+        if not self._room_for_standby():
+            # Not now (a pending actor would hold nothing but make Ray warn); look again later.
+            self._standby_due = time.monotonic() + STANDBY_AFTER_S
+            return
         cls = _ray_setup.make_remote_class(_ray_setup.standby_class(self._runner_cls), self._config)
-        cpus = float(self._config.num_cpus_per_env_runner) if reserve_cpus else 0.0
-        self.standby = cls.options(num_cpus=cpus).remote()
+        options = self._standby_placement()
+        self.standby = (cls.options(**options) if options else cls).remote()
         self._standby_ready = self.standby.ping.remote()
+
+    def _room_for_standby(self) -> bool:
+        """Whether the cluster has the CPUs and GPUs of one more runner free."""
+        import ray
+
+        config = self._config
+        need = {
+            "CPU": float(config.num_cpus_per_env_runner or 0),
+            "GPU": float(config.num_gpus_per_env_runner or 0),
+        }
+        if not any(need.values()):
+            return True
+        try:
+            free = ray.available_resources()
+        except Exception:  # pragma: no cover - best effort: try to place it
+            return True
+        return all(free.get(k, 0.0) >= v for k, v in need.items() if v)
+
+    def _standby_placement(self) -> dict[str, Any]:
+        """Soft node affinity to a node without runners (that has the CPUs), if there is one.
+
+        Why: a standby on a runner's node is lost with that node. Inside a
+        placement group (Tune) or on one node, Ray's default placement is kept.
+        """
+        import ray
+        from ray.util import get_current_placement_group
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if get_current_placement_group() is not None:
+            return {}
+        need = float(self._config.num_cpus_per_env_runner)
+        try:
+            nodes = [
+                n["NodeID"]
+                for n in ray.nodes()
+                if n.get("Alive") and n.get("Resources", {}).get("CPU", 0.0) >= need
+            ]
+        except Exception:  # pragma: no cover - best effort only
+            return {}
+        if len(nodes) <= 1:
+            return {}
+        used = {actor_node_id(h) for h in self._manager.actors().values()}
+        free = [n for n in nodes if n not in used]
+        if not free:
+            return {"scheduling_strategy": "SPREAD"}
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=free[0], soft=True)}
 
     def _take_standby(self) -> Any:
         """The standby actor if it is up (then it is no longer the standby), else None."""
@@ -283,7 +397,7 @@ class RunnerRecovery:
         except RayError as err:
             logger.warning("The standby env runner is gone (%s); starting a new one.", err)
             ray.kill(handle, no_restart=True)
-            self.spawn_standby(reserve_cpus=False)
+            self.spawn_standby()
             return None
         return handle
 
@@ -308,8 +422,9 @@ class RunnerRecovery:
         manager.replace_actor(actor_id, standby)
         self._restore_calls.pop(actor_id, None)
         self._given_up.discard(actor_id)
-        logger.warning("env runner %d died; the standby runner takes its place.", actor_id)
-        self.spawn_standby(reserve_cpus=True)
+        self._replacing.add(actor_id)
+        logger.warning("env runner %d is gone; the standby runner takes its place.", actor_id)
+        self.spawn_standby()
         return True
 
     # ------------------------------------------------------------------ restore
@@ -351,15 +466,19 @@ class RunnerRecovery:
             ):
                 continue
             gcs = None if only is not None else actor_state_in_gcs(manager.get_actor(actor_id))
-            if gcs == "DEAD":
+            if gcs == "DEAD" or gcs in _WAITING:
+                # Dead, or Ray cannot restart it yet (lost node, no room): the standby
+                # takes its place if it is ready first.
                 restart = bool(self._config.restart_failed_env_runners)
                 if restart and self._replace_dead(actor_id):
                     self._may_restart(actor_id)
                     continue
+                if gcs in _WAITING:
+                    continue
+                if restart and self.standby is not None:
+                    continue  # the standby is starting: it takes over once it is up
                 logger.error("env runner %d is dead and cannot be restarted.", actor_id)
                 self._given_up.add(actor_id)
-                continue
-            if gcs in _WAITING:
                 continue
             self._fire_restore(actor_id)
         if not self._restore_calls:
@@ -381,7 +500,9 @@ class RunnerRecovery:
                 ray.get(ref)
             except RayError as err:
                 self._restore_failures[actor_id] += 1
-                logger.warning("Restoring env runner %d failed: %s", actor_id, str(err)[:500])
+                # Once per outage (a lost node fails every probe until the runner is back).
+                log = logger.warning if self._restore_failures[actor_id] == 1 else logger.debug
+                log("Restoring env runner %d failed: %s", actor_id, str(err)[:500])
                 if self._restore_failures[actor_id] >= _MAX_RESTORE_FAILURES:
                     self._after_fault(actor_id, err)
                     self._restore_failures[actor_id] = 0
@@ -391,6 +512,10 @@ class RunnerRecovery:
                 continue
             self._restore_failures.pop(actor_id, None)
             manager.mark_actor_restored(actor_id)
+            if actor_id in self._replacing:
+                self._replacing.discard(actor_id)
+                self.num_replaced += 1
+                self.replaced_ids.add(actor_id)
             self._restored_since_probe.append(actor_id)
             logger.info("env runner %d is restored (with the latest state).", actor_id)
         limit = float(self._config.env_runner_restore_timeout_s)
@@ -404,6 +529,7 @@ class RunnerRecovery:
                     limit,
                 )
                 del self._restore_calls[actor_id]
+                self._replacing.add(actor_id)
                 ray.kill(manager.get_actor(actor_id), no_restart=False)
 
     def restore_now(self, actor_ids: list[int]) -> None:
@@ -419,26 +545,41 @@ class RunnerRecovery:
     def maintain(self) -> None:
         """Collect finished internal pushes and move restores along (never blocks)."""
         manager = self._manager
+        if manager.late_actor_ids():
+            self.check_late_calls()
         if any(manager.num_outstanding_async_reqs(t) for t in INTERNAL_TAGS):
             results = manager.fetch_ready_async_reqs(tags=list(INTERNAL_TAGS), timeout_seconds=0)
             self.handle_errors(results)
         if self.standby is None and time.monotonic() >= self._standby_due:
-            self.spawn_standby(reserve_cpus=False)
+            self.spawn_standby()
         auto = bool(self._config.restart_failed_env_runners)
         if self._restore_calls or (auto and manager.num_healthy_actors() < manager.num_actors()):
             self._poll_restores(0.0)
 
     def probe(self, timeout_seconds: float | None = None) -> list[int]:
-        """Finish the restores (within ``timeout_seconds``, default the probe timeout).
+        """Restore the unhealthy runners, waiting up to ``timeout_seconds`` (default the
+        probe timeout) for those that Ray is still starting or restarting.
 
         Returns:
             The ids restored since the last probe, by this call or in the background.
         """
         if timeout_seconds is None:
             timeout_seconds = float(self._config.env_runner_health_probe_timeout_s)
-        if self._manager.num_actors():
+        manager = self._manager
+        if manager.num_actors():
             self.maintain()
-            self._poll_restores(timeout_seconds)
+            deadline = time.monotonic() + timeout_seconds
+            while True:
+                self._poll_restores(min(0.05, max(0.0, deadline - time.monotonic())))
+                waiting = [
+                    i
+                    for i in manager.actor_ids()
+                    if not manager.is_actor_healthy(i) and i not in self._given_up
+                ]
+                if not waiting or time.monotonic() >= deadline:
+                    break
+                if not self._restore_calls:  # only runners Ray is still (re)starting
+                    time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
         restored, self._restored_since_probe = self._restored_since_probe, []
         return restored
 

@@ -5,16 +5,18 @@ remote runners (Ray actors, ids 1..N) behind a ``FaultTolerantActorManager``. It
 calls them synchronously or asynchronously, broadcasts weights and connector
 state, and keeps them in service:
 
-- a runner that dies (killed, crashed) is restarted by Ray; a runner whose env
-  raised is rebuilt in place; one that misses
-  ``num_consecutive_env_runner_failures_tolerance`` deadlines in a row is killed
-  and restarted. Before a restored runner serves again, the group pushes it the
-  last broadcast weights (with ``weights_seq_no``), connector state and
-  ``num_env_steps_sampled_lifetime``;
+- a runner that dies (killed, crashed, its node lost) is replaced by the
+  standby runner or restarted by Ray, whichever is first; a runner whose env
+  raised is rebuilt in place; one that misses a deadline is out of service at
+  once and, if its call is still running
+  ``replace_env_runner_after_missed_deadlines`` deadlines after it was sent,
+  killed as hung and replaced. Before a restored runner serves again, the group
+  pushes it the last broadcast weights (with ``weights_seq_no``), connector
+  state and ``num_env_steps_sampled_lifetime``;
 - an exception raised by a user function in a runner reaches the caller as that
   exception (the runner stays in service); runner faults are raised as
-  ``EnvRunnerError`` unless ``ignore_env_runner_failures`` or
-  ``restart_failed_env_runners`` is set;
+  ``RemoteEnvRunnerError`` (a ``ray.exceptions.RayError`` naming the runner)
+  unless ``ignore_env_runner_failures`` or ``restart_failed_env_runners`` is set;
 - every wait has a deadline: ``timeout_seconds=None`` means
   ``config.sample_timeout_s``; results that miss it are dropped, counted in
   ``num_env_runners_dropped_lifetime`` and logged with the late runners' ids.
@@ -41,6 +43,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from envrunners import errors
 from envrunners.env import _ray_setup
 from envrunners.env import _remote_runner_calls as remote
 from envrunners.env._runner_recovery import RunnerRecovery, is_runner_fault
@@ -86,8 +89,9 @@ class EnvRunnerGroup:
         pg_offset: Placement-group bundle offset of the remote runners.
         num_env_runners: Number of remote runners (default: the config's).
         standby_env_runner: Keep one idle standby actor (imports done, nothing
-            built, no CPU reserved until it is used) that takes a dead runner's
-            place in milliseconds instead of a process restart. True starts it
+            built, the runners' resources reserved, placed away from their nodes
+            where the cluster allows) that takes a dead or lost runner's place in
+            milliseconds instead of a process restart. True starts it
             with the runners; None (default) starts it once the group has been in
             use for ``STANDBY_AFTER_S`` seconds, if ``restart_failed_env_runners``
             and the runners use no GPUs; False never.
@@ -144,12 +148,18 @@ class EnvRunnerGroup:
         self._ignore_ray_errors_on_env_runners = bool(
             config.ignore_env_runner_failures or config.restart_failed_env_runners
         )
-        tolerance = int(config.num_consecutive_env_runner_failures_tolerance)
+        # A late call is hung after this many deadlines (a lower, RLlib-named
+        # tolerance of consecutive failures also bounds it).
+        hung_after = min(
+            int(config.replace_env_runner_after_missed_deadlines),
+            int(config.num_consecutive_env_runner_failures_tolerance),
+        )
         self._worker_manager = FaultTolerantActorManager(
             max_remote_requests_in_flight_per_actor=config.max_requests_in_flight_per_env_runner,
             init_id=1,
             is_fault=is_runner_fault,
-            max_consecutive_timeouts=max(1, tolerance),
+            max_consecutive_timeouts=max(1, hung_after),
+            unhealthy_on_timeout=True,
             actor_label="env runner",
         )
         self._num_env_runners_dropped_lifetime = 0
@@ -298,7 +308,7 @@ class EnvRunnerGroup:
             raise self._recovery.fault_error(r.actor_id, err)
         late = [i for i in ids if i not in answered]
         if late and not self._ignore_ray_errors_on_env_runners:
-            raise EnvRunnerError(
+            raise errors.RemoteEnvRunnerError(
                 f"env runners {late} were not built within env_runner_restore_timeout_s="
                 f"{timeout}s (not enough CPUs? each needs num_cpus_per_env_runner="
                 f"{self._remote_config.num_cpus_per_env_runner})",
@@ -321,6 +331,8 @@ class EnvRunnerGroup:
             if self._local_env_runner is not None:
                 self._local_env_runner.stop()
             if self._worker_manager.num_healthy_actors():
+                # Hung runners are out of service (their first missed deadline), so
+                # this waits for runners that answer.
                 deadline = min(10.0, float(self._remote_config.sample_timeout_s or 10.0))
                 self._worker_manager.foreach_actor(
                     remote.stop_runner, healthy_only=True, timeout_seconds=deadline
@@ -395,6 +407,17 @@ class EnvRunnerGroup:
         """Remote results lost to a deadline (``timeout_seconds``) so far."""
         return self._num_env_runners_dropped_lifetime
 
+    def num_env_runners_replaced_lifetime(self) -> int:
+        """Runners whose process was replaced (standby or new process) and that serve again."""
+        return self._recovery.num_replaced
+
+    def lost_and_replaced_env_runners(self) -> tuple[list[int], list[int]]:
+        """Indices of runners that were ever out of service, and of those replaced since.
+
+        For run summaries (``envrunners train`` names them when it joined a cluster).
+        """
+        return sorted(self._worker_manager.ever_unhealthy), sorted(self._recovery.replaced_ids)
+
     # ------------------------------------------------------------------ calls
     def foreach_env_runner(
         self,
@@ -418,7 +441,9 @@ class EnvRunnerGroup:
             healthy_only: Only call healthy remote runners.
             remote_worker_ids: Which remote runners (None or ``[]``: all).
             timeout_seconds: Deadline; None = ``config.sample_timeout_s``, 0 = fire
-                and forget. Late results are dropped and counted.
+                and forget. Late results are dropped and counted, and a late
+                runner is out of service until its call returns (then it is
+                restored) or is replaced as hung.
             return_obj_refs: Return the remote ``ObjectRef`` instead of the value.
             mark_healthy: An unhealthy runner that answers is restored (with state).
 
@@ -427,7 +452,8 @@ class EnvRunnerGroup:
 
         Raises:
             Exception: The exception a user function raised (the runner stays up).
-            EnvRunnerError: A runner failed, unless failures are ignored.
+            RemoteEnvRunnerError: A runner failed (a ``ray.exceptions.RayError``
+                and ``EnvRunnerError`` naming it), unless failures are ignored.
         """
         local = self._local_env_runner
         if return_obj_refs and local_env_runner and local is not None:
@@ -577,11 +603,12 @@ class EnvRunnerGroup:
 
         Each one gets the latest weights, connector states and lifetime step count
         before it is marked healthy. The result also holds runners the group
-        restored on its own since the last probe. Runners Ray is still restarting
-        are not waited for; probe again later.
+        restored on its own since the last probe. As in RLlib, it waits up to
+        ``timeout_seconds`` for runners that Ray is still starting or restarting
+        (or that are busy), and restores those that come up in that time.
 
         Args:
-            timeout_seconds: How long to wait for the restore calls (default
+            timeout_seconds: How long to wait (default
                 ``env_runner_health_probe_timeout_s``).
         """
         return self._recovery.probe(timeout_seconds)

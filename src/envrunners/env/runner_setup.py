@@ -29,6 +29,7 @@ from envrunners.env.registry import (
     has_gym_vector_entry_point,
     resolve_env_creator,
 )
+from envrunners.env.vector.envpool_vector_env import envpool_from_config, is_envpool_id
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 from envrunners.errors import ConfigError, EnvCreatorError, SpaceError
 from envrunners.sampling.buffers import RecurrentState, tree_map
@@ -89,11 +90,15 @@ def make_vector_env(
     ``sync`` uses ``FastSyncVectorEnv`` (per-sub-env restarts); ``async`` runs the
     sub-envs in worker processes with shared memory; ``vector_entry_point`` calls
     the creator once with ``num_envs`` and expects a gymnasium ``VectorEnv`` (a gymnasium
-    id with a vector entry point goes through ``gym.make_vec``, as in RLlib).
+    id with a vector entry point goes through ``gym.make_vec``, as in RLlib); ``envpool``
+    (or an ``"envpool:<task>"`` env id) steps EnvPool's C++ sub-envs, ``env_config``
+    being ``envpool.make``'s options.
     """
     ctx = make_env_context(config, worker_index, num_workers)
     n = int(config.num_envs_per_env_runner)
     mode = _mode(config)
+    if mode == "envpool" or is_envpool_id(config.env):
+        return _envpool_env(config, ctx, n, worker_index), ctx
     if mode == "vector_entry_point" and has_gym_vector_entry_point(config.env):
         env = gym.make_vec(
             config.env, num_envs=n, vectorization_mode="vector_entry_point", **dict(ctx)
@@ -123,8 +128,30 @@ def make_vector_env(
         return _infos_as_list(env), ctx
     raise ConfigError(
         f"gym_env_vectorize_mode={config.gym_env_vectorize_mode!r} is not one of "
-        "'sync', 'async', 'vector_entry_point'."
+        "'sync', 'async', 'vector_entry_point', 'envpool'."
     )
+
+
+def _envpool_env(config: Any, ctx: EnvContext, n: int, worker_index: int | None) -> Any:
+    """EnvPool's synchronous pool, seeded as the runner seeds its first reset.
+
+    Raises:
+        ConfigError: ``env_config["batch_size"] < num_envs_per_env_runner``: the
+            sampling loop steps every sub-env each step; it has no ready-first loop
+            for an asynchronous pool yet.
+    """
+    batch_size = ctx.get("batch_size")
+    if batch_size is not None and int(batch_size) != n:
+        raise ConfigError(
+            f"env_config['batch_size']={batch_size} with num_envs_per_env_runner={n}: an "
+            "asynchronous EnvPool (batch_size < num_envs) is not wired into the sampling loop "
+            "yet; leave batch_size out (or equal to num_envs_per_env_runner), or step "
+            "EnvPoolVectorEnv's async_reset()/recv()/send() yourself."
+        )
+    seed = None
+    if config.seed is not None:  # the runner's seed for its first reset (env_runner.py)
+        seed = int(config.seed + (worker_index or 0) + 1_000_000 * bool(config.in_evaluation))
+    return envpool_from_config(config.env, dict(ctx), n, seed)
 
 
 def check_num_envs(env: Any, config: Any) -> int:
@@ -362,7 +389,8 @@ def torch_threads(config: Any, worker_index: int | None) -> Iterator[None]:
     """
     import torch
 
-    wanted = int(getattr(config, "num_cpus_per_env_runner", 1) or 1)
+    # A fractional share (num_cpus_per_env_runner=0.5) still runs on one thread.
+    wanted = max(1, int(getattr(config, "num_cpus_per_env_runner", 1) or 1))
     before = torch.get_num_threads()
     if wanted != before:
         torch.set_num_threads(wanted)

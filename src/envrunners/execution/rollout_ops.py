@@ -1,11 +1,15 @@
 """``synchronous_parallel_sample`` (``ray.rllib.execution.rollout_ops``).
 
 Samples from all healthy remote runners of a group in rounds until the requested
-number of steps is collected. Unlike RLlib, a runner that fails or is killed
-mid-round does not shrink the batch: the group takes it out, the other runners
-are asked again, and the failed one rejoins (with the latest state) as soon as it
-is restored. A round in which no runner answers within ``sample_timeout_s`` is an
-explicit ``EnvRunnerError`` when nothing was collected (never an empty batch).
+number of steps is collected. Unlike RLlib, a runner that fails, is killed or
+misses the deadline mid-round does not shrink the batch: the group takes it out
+(a late runner at once, so later rounds do not wait for it), the healthy runners
+top the batch up, and the failed one rejoins (with the latest state) as soon as
+it is restored. Top-up rounds of new-stack runners ask each runner for its share
+of the missing env steps, so a batch of N steps has N to N + num_envs x
+num_runners - 1 steps, as without failures. A round in which no runner answers
+within ``sample_timeout_s`` is an explicit ``RemoteEnvRunnerError`` when nothing
+was collected (never an empty batch).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pickle
 import traceback
 from typing import Any
 
+from envrunners import errors
 from envrunners.errors import ConfigError, EnvRunnerError
 from envrunners.utils.gc_pause import paused_gc
 
@@ -26,8 +31,13 @@ logger = logging.getLogger("envrunners")
 _PICKLE_MAX_BYTES = 4 << 20
 
 
-def _sample_on_runner(runner: Any, *, random_actions: bool, with_metrics: bool) -> Any:
+def _sample_on_runner(
+    runner: Any, *, random_actions: bool, with_metrics: bool, num_timesteps: int | None = None
+) -> Any:
     """Runner side: ``sample()`` (+ ``get_metrics()``); any failure is a runner fault.
+
+    ``num_timesteps`` (top-up rounds) is passed on only when given, so runners
+    whose ``sample()`` does not take it (old stack) are never asked for it.
 
     The result goes back pickled (plain ``pickle``, protocol 5): for a list of
     episodes that is about twice as fast as Ray's own serialization, and it is
@@ -35,7 +45,10 @@ def _sample_on_runner(runner: Any, *, random_actions: bool, with_metrics: bool) 
     bigger than 4 MiB (where Ray's zero-copy buffers win), go as they are.
     """
     try:
-        samples = runner.sample(random_actions=True) if random_actions else runner.sample()
+        kwargs: dict[str, Any] = {} if num_timesteps is None else {"num_timesteps": num_timesteps}
+        if random_actions:
+            kwargs["random_actions"] = True
+        samples = runner.sample(**kwargs)
         result = (samples, runner.get_metrics()) if with_metrics else samples
     except EnvRunnerError:
         raise
@@ -141,7 +154,7 @@ def synchronous_parallel_sample(
 
     Raises:
         ConfigError: Both maxima were given.
-        EnvRunnerError: No runner delivered anything (all failed, dead or late),
+        RemoteEnvRunnerError: No runner delivered anything (all failed, dead or late),
             or a runner failed and failures are not ignored.
     """
     if max_agent_steps and max_env_steps:
@@ -160,8 +173,11 @@ def synchronous_parallel_sample(
             chunk = local.sample(random_actions=True) if random_actions else local.sample()
             round_results = [(chunk, local.get_metrics()) if _return_metrics else chunk]
         else:
+            top_up = None
+            if samples and limit is not None and not count_agents:
+                top_up = limit - steps
             round_results = _remote_round(
-                worker_set, random_actions, _return_metrics, sample_timeout_s, bool(samples)
+                worker_set, random_actions, _return_metrics, sample_timeout_s, bool(samples), top_up
             )
             if round_results is None:
                 logger.warning(
@@ -182,26 +198,67 @@ def synchronous_parallel_sample(
     return (data, metrics) if _return_metrics else data
 
 
+def _top_up_shares(config: Any, ids: list[int], missing: int | None) -> list[int] | None:
+    """Env steps to ask each runner for in a top-up round (None: a plain ``sample()``).
+
+    Only new-stack runners in ``truncate_episodes`` mode counting env steps take
+    a step count; each returns its share up to ``num_envs - 1`` more, so the round
+    adds at most ``missing + len(ids) * num_envs - 1`` steps. A share is at most
+    the runner's usual ``sample()`` (one fragment per sub-env), so rounds keep
+    their length and restored runners rejoin between them.
+    """
+    if (
+        missing is None
+        or missing <= 0
+        or not ids
+        or not config.enable_env_runner_and_connector_v2
+        or config.batch_mode != "truncate_episodes"
+        or config.count_steps_by != "env_steps"
+    ):
+        return None
+    share, extra = divmod(missing, len(ids))
+    num_envs = int(config.num_envs_per_env_runner)
+    return [
+        min(share + (1 if k < extra else 0), config.get_rollout_fragment_length(i) * num_envs)
+        for k, i in enumerate(ids)
+    ]
+
+
 def _remote_round(
-    group: Any, random_actions: bool, with_metrics: bool, timeout: float | None, have_data: bool
+    group: Any,
+    random_actions: bool,
+    with_metrics: bool,
+    timeout: float | None,
+    have_data: bool,
+    missing: int | None = None,
 ) -> list[Any] | None:
-    """One sampling round over the healthy remote runners (None: stop with what we have)."""
+    """One sampling round over the healthy remote runners (None: stop with what we have).
+
+    ``missing``: the env steps still needed after an earlier round (a top-up round).
+    """
     config = group._remote_config
     if group.num_healthy_remote_env_runners() == 0:
         wait = float(config.env_runner_health_probe_timeout_s)
         if not (config.restart_failed_env_runners and group._await_healthy(wait)):
             if have_data:
                 return None
-            raise EnvRunnerError(
+            raise errors.RemoteEnvRunnerError(
                 f"No healthy remote env runners left (0 of {group.num_remote_env_runners()}; "
                 f"none restored within env_runner_health_probe_timeout_s={wait}s). Enable "
                 "restart_failed_env_runners, or check the runners' logs."
             )
     asked = group.healthy_env_runner_ids()
+    kwargs: dict | list[dict] = {"random_actions": random_actions, "with_metrics": with_metrics}
+    shares = _top_up_shares(config, asked, missing)
+    if shares is not None:
+        pairs = [(i, n) for i, n in zip(asked, shares) if n > 0]
+        asked = [i for i, _ in pairs]
+        kwargs = [{**kwargs, "num_timesteps": n} for _, n in pairs]
     results = group.foreach_env_runner(
         _sample_on_runner,
-        kwargs={"random_actions": random_actions, "with_metrics": with_metrics},
+        kwargs=kwargs,
         local_env_runner=False,
+        remote_worker_ids=asked,
         timeout_seconds=timeout,
     )
     if results:
@@ -210,7 +267,7 @@ def _remote_round(
         return []  # runners failed this round: the next round waits for restored ones
     if have_data:
         return None
-    raise EnvRunnerError(
+    raise errors.RemoteEnvRunnerError(
         f"No samples returned from remote env runners {asked} within sample_timeout_s="
         f"{timeout if timeout is not None else config.sample_timeout_s}s; they are slow or "
         "hung (num_env_runners_dropped_lifetime="

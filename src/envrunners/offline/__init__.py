@@ -13,6 +13,10 @@ Public names (imported lazily, so ``import envrunners.offline`` is cheap):
 - ``input_reader_from_config``, ``output_writer_from_config``
 - ``register_input``, ``registry_contains_input``, ``registry_get_input``
 - ``recover_partial_files``
+- new stack, Parquet (RLlib 2.60's layouts): ``OfflineSingleAgentEnvRunner``,
+  ``OfflineData``, ``OfflinePreLearner``, ``ParquetEpisodeWriter``,
+  ``read_parquet_episodes``, ``read_parquet_batches``
+- Minari: ``read_minari_episodes``, ``read_minari_batches``, ``write_minari``
 """
 
 from __future__ import annotations
@@ -40,6 +44,15 @@ _EXPORTS: dict[str, str] = {
     "register_input": "envrunners.offline.input_registry",
     "registry_contains_input": "envrunners.offline.input_registry",
     "registry_get_input": "envrunners.offline.input_registry",
+    "OfflineSingleAgentEnvRunner": "envrunners.offline.offline_env_runner",
+    "OfflineData": "envrunners.offline.offline_data",
+    "OfflinePreLearner": "envrunners.offline.offline_prelearner",
+    "ParquetEpisodeWriter": "envrunners.offline.parquet_writer",
+    "read_parquet_episodes": "envrunners.offline.parquet_reader",
+    "read_parquet_batches": "envrunners.offline.parquet_reader",
+    "read_minari_episodes": "envrunners.offline.minari_io",
+    "read_minari_batches": "envrunners.offline.minari_io",
+    "write_minari": "envrunners.offline.minari_io",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -2,8 +2,10 @@
 
 Why: people who record offline data need to see what is in it (records, steps,
 columns with dtype and shape, corrupt or pickled lines, unfinished files) and to
-take it elsewhere (Parquet for pandas/polars/DuckDB; our pickle-free JSON for RLlib
-files with cloudpickle columns). Nothing here unpickles unless ``--allow-pickle``.
+take it elsewhere: Parquet for pandas/polars/DuckDB and RLlib's new stack, our
+pickle-free JSON for RLlib files with cloudpickle columns, Minari and D4RL HDF5 for
+other offline-RL code. ``convert`` reads its output back and checks that the steps
+match. Nothing here unpickles unless ``--allow-pickle``.
 
 Run it today as ``python -m envrunners.offline.cli_commands info PATH``; the
 ``envrunners`` CLI mounts the same commands with :func:`add_offline_subcommands`.
@@ -17,6 +19,8 @@ import os
 import sys
 from collections import Counter
 from typing import Any
+
+import numpy as np
 
 from envrunners.errors import OfflineDataError, PickleNotAllowedError
 from envrunners.offline import _plain_data
@@ -106,40 +110,45 @@ def offline_info(path: str | list[str]) -> dict[str, Any]:
         for where, lineno, line in iter_lines(f):
             if not line.strip():
                 continue
+            # A record of the wrong shape (a list where a dict belongs, ...) is a corrupt
+            # line like an unparsable one: counted and named, never a crash.
+            step_counts = (info["env_steps"], info["agent_steps"])
             try:
-                rec = loads(line)
-                kind = rec["type"]
+                kind = _summarise_record(info, loads(line))
             except Exception as e:
+                info["env_steps"], info["agent_steps"] = step_counts
                 info["num_corrupt_lines"] += 1
                 if len(info["errors"]) < _MAX_ERRORS:
                     info["errors"].append(f"{where}:{lineno}: {type(e).__name__}: {e}")
                 continue
             records[kind] += 1
-            if kind == "SampleBatch":
-                n = _rows(rec)
-                info["env_steps"] += n
-                info["agent_steps"] += n
-                _add_columns(info["columns"], rec)
-            elif kind == "MultiAgentBatch":
-                info["env_steps"] += int(rec.get("count", 0))
-                for pid, cols in (rec.get("policy_batches") or {}).items():
-                    pol = info["policies"].setdefault(str(pid), {"agent_steps": 0, "columns": {}})
-                    n = _rows(cols)
-                    pol["agent_steps"] += n
-                    info["agent_steps"] += n
-                    _add_columns(pol["columns"], cols)
-            elif kind in ("SingleAgentEpisode", "MultiAgentEpisode"):
-                state = rec.get("state") or {}
-                t0, t1 = (
-                    ("t_started", "t")
-                    if kind == "SingleAgentEpisode"
-                    else ("env_t_started", "env_t")
-                )
-                n = int(state.get(t1, 0)) - int(state.get(t0, 0))
-                info["env_steps"] += n
-                info["agent_steps"] += n
     info["records"] = dict(records)
     return info
+
+
+def _summarise_record(info: dict[str, Any], rec: Any) -> str:
+    """Add one decoded record's steps, columns and policies to ``info``; return its type."""
+    kind = rec["type"]
+    if kind == "SampleBatch":
+        n = _rows(rec)
+        info["env_steps"] += n
+        info["agent_steps"] += n
+        _add_columns(info["columns"], rec)
+    elif kind == "MultiAgentBatch":
+        info["env_steps"] += int(rec.get("count", 0))
+        for pid, cols in (rec.get("policy_batches") or {}).items():
+            pol = info["policies"].setdefault(str(pid), {"agent_steps": 0, "columns": {}})
+            n = _rows(cols)
+            pol["agent_steps"] += n
+            info["agent_steps"] += n
+            _add_columns(pol["columns"], cols)
+    elif kind in ("SingleAgentEpisode", "MultiAgentEpisode"):
+        state = rec.get("state") or {}
+        t0, t1 = ("t_started", "t") if kind == "SingleAgentEpisode" else ("env_t_started", "env_t")
+        n = int(state.get(t1, 0)) - int(state.get(t0, 0))
+        info["env_steps"] += n
+        info["agent_steps"] += n
+    return str(kind)
 
 
 def format_info(info: dict[str, Any]) -> str:
@@ -183,6 +192,30 @@ def _default_out(path: Any, to: str) -> str:
     return os.path.join(base, to)
 
 
+FORMATS = ("json", "parquet", "parquet-episodes", "minari", "d4rl")
+_CORE = ("obs", "actions", "rewards", "terminateds", "truncateds")
+
+
+def detect_format(path: str | list[str]) -> str:
+    """Guess the format of an offline input: ``json``, ``parquet``, ``minari`` or ``d4rl``.
+
+    Raises:
+        OfflineInputNotFoundError: if ``path`` is neither a file, a directory nor a glob.
+    """
+    first = os.path.expanduser(path if isinstance(path, str) else path[0])
+    if first.lower().endswith((".hdf5", ".h5", ".he5")):
+        return "d4rl"
+    if first.lower().endswith(".parquet"):
+        return "parquet"
+    if os.path.isdir(first):
+        if any(os.path.isfile(os.path.join(first, *p, "metadata.json")) for p in [[], ["data"]]):
+            return "minari"
+        for _, _, names in os.walk(first):
+            if any(n.endswith(".parquet") for n in names):
+                return "parquet"
+    return "json"
+
+
 def offline_convert(
     path: str | list[str],
     to: str = "parquet",
@@ -190,39 +223,208 @@ def offline_convert(
     *,
     allow_pickle: bool = False,
     skip_corrupt: bool = False,
+    source: str | None = None,
+    dataset_id: str = "envrunners/converted-v0",
+    check: bool = True,
 ) -> list[str]:
-    """Convert offline files to Parquet (one file per policy) or to pickle-free JSON.
+    """Convert offline data between JSON, Parquet (steps or episodes), Minari and D4RL HDF5.
 
     Args:
-        path: Input files, glob or directory.
-        to: ``"parquet"`` (``<out>/<policy id>.parquet``; single-agent data is
-            ``default_policy``) or ``"json"`` (re-encode, e.g. RLlib files).
+        path: Input files, glob or directory (a Minari dataset directory or local id).
+        to: ``"parquet"`` (one row per step: ``<out>/<policy id>.parquet``; single-agent
+            data is ``default_policy``), ``"parquet-episodes"`` (RLlib's episode layout,
+            one episode per row), ``"json"`` (pickle-free JSON lines, e.g. from RLlib
+            files), ``"minari"`` (dataset ``dataset_id`` under ``out``) or ``"d4rl"``
+            (``<out>/dataset.hdf5``).
         out: Output directory (default: ``<input dir>/<to>``).
         allow_pickle: Read RLlib cloudpickle columns (runs code from the file!).
-        skip_corrupt: Skip corrupt lines instead of failing.
+        skip_corrupt: Skip corrupt JSON lines instead of failing.
+        source: The input format (default: guessed by :func:`detect_format`).
+        dataset_id: The Minari dataset id written with ``to="minari"``.
+        check: Read the written data back and check that its steps (obs, actions,
+            rewards, terminateds, truncateds) equal the input's.
 
     Returns:
-        The written files. Files are complete or absent: Parquet files are written
-        under a temporary name and renamed at the end, and removed on error.
+        The written files (the dataset directory for Minari). Files are complete or
+        absent: they are written under a temporary name and renamed at the end.
 
     Raises:
-        OfflineDataError: for a corrupt line, a pickled column without
-            ``allow_pickle``, or columns that change between records.
-        ValueError: for an unknown ``to``.
+        OfflineDataError: for a corrupt input, a pickled column without
+            ``allow_pickle``, columns that change between records, or rows that do
+            not match after conversion.
+        ValueError: for an unknown ``to`` or ``source``.
     """
-    if to not in ("parquet", "json"):
-        raise ValueError(f"offline convert: to must be 'parquet' or 'json', got {to!r}")
-    files = resolve_inputs(path, "offline convert")
+    if to not in FORMATS:
+        raise ValueError(
+            f"offline convert: to must be 'parquet' or 'json' (or 'parquet-episodes', "
+            f"'minari', 'd4rl'), got {to!r}"
+        )
+    source = source or detect_format(path)
+    if source not in ("json", "parquet", "minari", "d4rl"):
+        raise ValueError(
+            f"offline convert: source must be 'json', 'parquet', 'minari' or 'd4rl', got {source!r}"
+        )
     out = os.path.abspath(out or _default_out(path, to))
-    batches = _iter_batches(files, allow_pickle, skip_corrupt)
+    if source == "json" and to in ("json", "parquet"):
+        files = resolve_inputs(path, "offline convert")
+        batches = _iter_batches(files, allow_pickle, skip_corrupt)
+        if to == "json":
+            from envrunners.offline.json_writer import JsonWriter
+
+            with JsonWriter(out) as writer:
+                for _, batch in batches:
+                    writer.write(batch)
+            written = writer.published_files
+        else:
+            written = _to_parquet(batches, out)
+    else:
+        written = _write(
+            to, _step_columns(path, source, allow_pickle, skip_corrupt), out, dataset_id
+        )
+    if check and written:
+        _check_same_steps(path, source, written, to, allow_pickle, skip_corrupt)
+    return written
+
+
+def _step_columns(path: Any, source: str, allow_pickle: bool, skip_corrupt: bool) -> Any:
+    """Yield single-agent step columns (dicts of arrays) read from ``path``."""
+    if source == "json":
+        for where, batch in _iter_batches(
+            resolve_inputs(path, "offline convert"), allow_pickle, skip_corrupt
+        ):
+            if isinstance(batch, MultiAgentBatch):
+                if set(batch.policy_batches) != {"default_policy"}:
+                    raise OfflineDataError(
+                        "multi-agent batches convert to 'parquet' or 'json' only", path=where
+                    )
+                batch = batch.policy_batches["default_policy"]
+            yield {k: v for k, v in dict.items(batch) if k != SampleBatch.SEQ_LENS}
+    elif source == "parquet":
+        from envrunners.offline.parquet_reader import read_parquet_batches
+
+        for batch in read_parquet_batches(path, allow_pickle=allow_pickle):
+            yield dict(dict.items(batch))
+    elif source == "minari":
+        from envrunners.offline._parquet import episode_batch
+        from envrunners.offline.minari_io import read_minari_episodes
+
+        for ep in read_minari_episodes(path if isinstance(path, str) else path[0]):
+            yield dict(dict.items(episode_batch(ep)))
+    else:
+        from envrunners.offline.d4rl_reader import load_d4rl_hdf5
+
+        for f in resolve_inputs(path, "offline convert"):
+            yield _d4rl_columns(load_d4rl_hdf5(f), f)
+
+
+def _d4rl_columns(data: dict[str, Any], where: str) -> dict[str, Any]:
+    n = len(data["rewards"])
+    terms = np.asarray(data["terminals"]).astype(bool)
+    truncs = np.asarray(data["timeouts"]).astype(bool) if "timeouts" in data else np.zeros(n, bool)
+    ends = np.flatnonzero(terms | truncs)
+    eps = np.searchsorted(ends, np.arange(n))  # episode k ends at row ends[k]
+    cols = {
+        "obs": np.asarray(data["observations"]),
+        "actions": np.asarray(data["actions"]),
+        "rewards": np.asarray(data["rewards"]),
+        "terminateds": terms,
+        "truncateds": truncs,
+        "eps_id": np.array([f"d4rl-{k}" for k in eps], dtype=object),
+    }
+    if "next_observations" in data:
+        cols["new_obs"] = np.asarray(data["next_observations"])
+    return cols
+
+
+def _write(to: str, stream: Any, out: str, dataset_id: str) -> list[str]:
+    from envrunners.offline._parquet import episodes_from_columns
+
+    if to == "parquet":
+        return _to_parquet(
+            ((f"step batch {i}", SampleBatch(cols)) for i, cols in enumerate(stream)), out
+        )
     if to == "json":
         from envrunners.offline.json_writer import JsonWriter
 
         with JsonWriter(out) as writer:
-            for _, batch in batches:
-                writer.write(batch)
+            for cols in stream:
+                writer.write(SampleBatch(cols))
         return writer.published_files
-    return _to_parquet(batches, out)
+    if to == "parquet-episodes":
+        from envrunners.offline.parquet_writer import ParquetEpisodeWriter
+
+        with ParquetEpisodeWriter(out, write_episodes=True, max_rows_per_file=1000) as w:
+            for cols in stream:
+                w.write(episodes_from_columns(cols))
+        return w.published_files
+    if to == "minari":
+        from envrunners.offline.minari_io import write_minari
+
+        episodes = (ep for cols in stream for ep in episodes_from_columns(cols))
+        return [write_minari(episodes, out, dataset_id)]
+    return [_to_d4rl(stream, out)]
+
+
+def _to_d4rl(stream: Any, out: str) -> str:
+    import h5py
+
+    parts: dict[str, list[Any]] = {}
+    for cols in stream:
+        for key in (*_CORE, "new_obs"):
+            if cols.get(key) is not None:
+                parts.setdefault(key, []).append(np.asarray(cols[key]))
+    names = {"obs": "observations", "actions": "actions", "rewards": "rewards",
+             "terminateds": "terminals", "truncateds": "timeouts",
+             "new_obs": "next_observations"}  # fmt: skip
+    os.makedirs(out, exist_ok=True)
+    final = os.path.join(out, "dataset.hdf5")
+    tmp = os.path.join(out, f".dataset.hdf5{TMP_SUFFIX}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            for key, chunks in parts.items():
+                f.create_dataset(names[key], data=np.concatenate(chunks))
+        os.replace(tmp, final)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return final
+
+
+def _digest(stream: Any) -> dict[str, tuple[int, str]]:
+    """Per core column: (rows, sha256 of the values as float64 / bool)."""
+    import hashlib
+
+    hashes = {k: hashlib.sha256() for k in _CORE}
+    rows = dict.fromkeys(_CORE, 0)
+    for cols in stream:
+        for k in _CORE:
+            v = cols.get(k)
+            if v is None:
+                continue
+            v = np.asarray(v)
+            v = v.astype(bool) if k in ("terminateds", "truncateds") else v.astype(np.float64)
+            hashes[k].update(np.ascontiguousarray(v).tobytes())
+            rows[k] += len(v)
+    return {k: (rows[k], hashes[k].hexdigest()) for k in _CORE if rows[k]}
+
+
+def _check_same_steps(
+    path: Any, source: str, written: list[str], to: str, allow_pickle: bool, skip: bool
+) -> None:
+    if to == "parquet" and [os.path.basename(w) for w in written] != ["default_policy.parquet"]:
+        return  # multi-agent data (one file per policy): steps are not single-agent columns
+    target = {"parquet-episodes": "parquet", "minari": "minari"}.get(to, to)
+    before = _digest(_step_columns(path, source, allow_pickle, skip))
+    after = _digest(_step_columns(written, target, False, False))
+    common = sorted(set(before) & set(after))
+    bad = [k for k in common if before[k] != after[k]]
+    if bad or not common:
+        raise OfflineDataError(
+            f"the converted data ({to}) does not match the input ({source}) in columns "
+            f"{bad or 'all'}: rows before {dict((k, before[k][0]) for k in before)}, "
+            f"after {dict((k, after[k][0]) for k in after)}",
+            path=written[0],
+        )
 
 
 def _iter_batches(files: list[str], allow_pickle: bool, skip_corrupt: bool) -> Any:
@@ -306,7 +508,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_convert(args: argparse.Namespace) -> int:
     written = offline_convert(
         args.path, to=args.to, out=args.out, allow_pickle=args.allow_pickle,
-        skip_corrupt=args.skip_corrupt,
+        skip_corrupt=args.skip_corrupt, source=args.source, dataset_id=args.dataset_id,
+        check=not args.no_check,
     )  # fmt: skip
     for path in written:
         print(path)
@@ -324,9 +527,19 @@ def _add_commands(sub: Any) -> None:
     info.add_argument("path", nargs="+", help="files, globs or directories")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(func=_cmd_info)
-    conv = sub.add_parser("convert", help="convert offline files to parquet or pickle-free JSON")
+    conv = sub.add_parser(
+        "convert", help="convert offline data between JSON, Parquet, Minari and D4RL HDF5"
+    )
     conv.add_argument("path", nargs="+", help="files, globs or directories")
-    conv.add_argument("--to", choices=["parquet", "json"], default="parquet")
+    conv.add_argument("--to", choices=list(FORMATS), default="parquet")
+    conv.add_argument(
+        "--from", dest="source", choices=["json", "parquet", "minari", "d4rl"], default=None,
+        help="input format (default: guessed from the path)",
+    )  # fmt: skip
+    conv.add_argument("--dataset-id", default="envrunners/converted-v0", help="Minari output id")
+    conv.add_argument(
+        "--no-check", action="store_true", help="do not re-read the output to compare its steps"
+    )
     conv.add_argument("--out", default=None, help="output directory (default: <input dir>/<to>)")
     conv.add_argument(
         "--allow-pickle", action="store_true",

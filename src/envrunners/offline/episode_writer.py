@@ -40,6 +40,7 @@ __all__ = [
     "close_episode_writer",
     "read_episodes",
     "record_episodes",
+    "set_episode_writer",
 ]
 
 logger = logging.getLogger("envrunners")
@@ -188,11 +189,20 @@ def record_episodes(runner: Any, episodes: Iterable[Any]) -> None:
     writer = _WRITERS.get(runner)
     if writer is None:
         writer = _writer_for(runner, output)
-        _WRITERS[runner] = writer
-        close = getattr(writer, "close", None)
-        if close is not None:
-            weakref.finalize(runner, close)
+        set_episode_writer(runner, writer)
     writer.write(list(episodes))
+
+
+def set_episode_writer(runner: Any, writer: Any) -> None:
+    """Make ``writer`` (``write(episodes)``, optional ``close()``) record ``runner``'s chunks.
+
+    Why: ``OfflineSingleAgentEnvRunner`` records to Parquet instead of JSON lines
+    through the same :func:`record_episodes` hook; the writer is closed like the default one.
+    """
+    _WRITERS[runner] = writer
+    close = getattr(writer, "close", None)
+    if close is not None:
+        weakref.finalize(runner, close)
 
 
 def close_episode_writer(runner: Any) -> None:

@@ -13,11 +13,14 @@ and ``RemoteCallResults`` hold the outcomes of those calls. Differences from RLl
 - ``is_fault`` decides which errors take an actor out of service (default: every
   ``RayError``, as in RLlib);
 - missed deadlines are counted, and with ``max_consecutive_timeouts`` an actor
-  that misses that many in a row is killed (Ray restarts it if it may);
+  that misses that many in a row is killed (Ray restarts it if it may); with
+  ``unhealthy_on_timeout`` an actor is out of service from its first miss and
+  killed once its late call has run ``max_consecutive_timeouts`` deadlines;
 - ``coalesce=True`` async calls are never dropped: a call that finds the tag's
   slots full waits as the actor's pending call, replaced by any newer one, and
   is sent before the next call of any tag to that actor;
-- probes skip actors that Ray reports as restarting or dead.
+- probes wait (up to their timeout) for actors that Ray is still starting or
+  restarting, and skip dead ones.
 
 Ray is imported lazily, so importing this module (as every runner does) is cheap.
 """
@@ -39,6 +42,7 @@ __all__ = [
     "FaultTolerantActorManager",
     "RemoteCallResults",
     "ResultOrError",
+    "actor_node_id",
     "actor_state_in_gcs",
 ]
 
@@ -258,8 +262,8 @@ def _ping(actor: Any) -> Any:
     return actor.ping()
 
 
-#: Ray actor states in which a call cannot be served yet (or ever).
-_NOT_SERVING = ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY", "DEAD")
+#: Ray actor states of an actor that is being started or restarted.
+_STARTING = ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY")
 
 
 def actor_state_in_gcs(handle: Any) -> str | None:
@@ -269,6 +273,18 @@ def actor_state_in_gcs(handle: Any) -> str | None:
 
         info = ray_state.actors(handle._actor_id.hex())
         return info.get("State") if isinstance(info, dict) else None
+    except Exception:  # private API: any failure just means "unknown"
+        return None
+
+
+def actor_node_id(handle: Any) -> str | None:
+    """The id of the node an actor runs on (hex), or None if unknown or not placed."""
+    try:
+        from ray._private import state as ray_state
+
+        info = ray_state.actors(handle._actor_id.hex())
+        address = info.get("Address") if isinstance(info, dict) else None
+        return (address or {}).get("NodeID") or None
     except Exception:  # private API: any failure just means "unknown"
         return None
 
@@ -293,6 +309,9 @@ class FaultTolerantActorManager:
             ``RayError`` (RLlib's rule).
         max_consecutive_timeouts: Kill (``ray.kill``, restart allowed) an actor that
             misses this many deadlines in a row; None never does.
+        unhealthy_on_timeout: Take an actor out of service as soon as it misses a
+            deadline, and watch its late call (``check_late_calls``): it is killed
+            as hung once that call has run ``max_consecutive_timeouts`` deadlines.
         actor_label: How messages name an actor (``"env runner"`` in a group).
     """
 
@@ -304,6 +323,7 @@ class FaultTolerantActorManager:
         *,
         is_fault: Callable[[BaseException], bool] | None = None,
         max_consecutive_timeouts: int | None = None,
+        unhealthy_on_timeout: bool = False,
         actor_label: str = "actor",
     ):
         if max_remote_requests_in_flight_per_actor < 1:
@@ -315,6 +335,8 @@ class FaultTolerantActorManager:
         self._next_id = int(init_id)
         self._actors: dict[int, Any] = {}
         self._remote_actor_states: dict[int, ActorState] = {}
+        #: Ids of actors that were ever marked unhealthy (lost), for reports.
+        self.ever_unhealthy: set[int] = set()
         self._restored_actors: set[int] = set()
         self._in_flight_req_to_actor_id: dict[Any, tuple[str | None, int]] = {}
         self._current_actor_id = 0
@@ -324,6 +346,9 @@ class FaultTolerantActorManager:
         self._num_hung_kills = 0
         self._is_fault = is_fault or _default_is_fault
         self.max_consecutive_timeouts = max_consecutive_timeouts
+        self.unhealthy_on_timeout = bool(unhealthy_on_timeout)
+        #: Calls that missed their deadline: ref -> (actor id, sent at, deadline in s).
+        self._late_calls: dict[Any, tuple[int, float, float]] = {}
         self.actor_label = actor_label
         if actors:
             self.add_actors(actors)
@@ -359,12 +384,14 @@ class FaultTolerantActorManager:
         self._remote_actor_states.pop(actor_id, None)
         self._restored_actors.discard(actor_id)
         self._forget_in_flight(actor_id)
+        self._forget_late_calls(actor_id)
         return handle
 
     def replace_actor(self, actor_id: int, handle: Any) -> None:
         """Put a new handle under an existing id (marked unhealthy until restored)."""
         self._check_known([actor_id])
         self.set_actor_state(actor_id, healthy=False)
+        self._forget_late_calls(actor_id)
         self._actors[actor_id] = handle
 
     def get_actor(self, actor_id: int) -> Any:
@@ -385,6 +412,7 @@ class FaultTolerantActorManager:
         self._remote_actor_states.clear()
         self._restored_actors.clear()
         self._in_flight_req_to_actor_id.clear()
+        self._late_calls.clear()
         self._current_actor_id = 0
 
     # ------------------------------------------------------------------ counters
@@ -447,7 +475,9 @@ class FaultTolerantActorManager:
         state = self._remote_actor_states[actor_id]
         if healthy and not state.is_healthy:
             self._restored_actors.add(actor_id)
+            self._forget_late_calls(actor_id)
         elif not healthy:
+            self.ever_unhealthy.add(actor_id)
             self._restored_actors.discard(actor_id)
             if state.is_healthy:
                 self._forget_in_flight(actor_id)
@@ -465,6 +495,7 @@ class FaultTolerantActorManager:
         state = self._remote_actor_states[actor_id]
         if not state.is_healthy:
             self._num_actor_restarts += 1
+            self._forget_late_calls(actor_id)
         state.is_healthy = True
         state.consecutive_timeouts = 0
 
@@ -563,32 +594,91 @@ class FaultTolerantActorManager:
                 self._num_actor_restarts += 1
         return results
 
-    def _missed_deadline(self, actor_id: int) -> None:
-        """Count a missed deadline; kill the actor once it misses too many in a row."""
-        import ray
-
+    def _missed_deadline(self, actor_id: int, ref: Any, sent_at: float, timeout: float) -> None:
+        """Count a missed deadline; take the actor out (``unhealthy_on_timeout``) or kill
+        it once it misses ``max_consecutive_timeouts`` in a row."""
         self._num_timed_out_calls += 1
         state = self._remote_actor_states.get(actor_id)
         if state is None:
             return
         state.consecutive_timeouts += 1
+        if self.unhealthy_on_timeout:
+            self._late_calls[ref] = (actor_id, sent_at, timeout)
+            if state.is_healthy:
+                logger.warning(
+                    "%s %d missed its %ss deadline: out of service until its late call "
+                    "returns (killed as hung if it has not after %s deadlines).",
+                    self.actor_label,
+                    actor_id,
+                    timeout,
+                    self.max_consecutive_timeouts,
+                )
+                self.set_actor_state(actor_id, healthy=False)
+            if (self.max_consecutive_timeouts or 1) <= 1:
+                self._kill_hung(actor_id, 1)  # one deadline is all it gets
+            return
         limit = self.max_consecutive_timeouts
         if limit is None or state.consecutive_timeouts < max(1, limit) or not state.is_healthy:
             return
+        self._kill_hung(actor_id, state.consecutive_timeouts)
+
+    def _kill_hung(self, actor_id: int, deadlines: int) -> None:
+        """Kill a hung actor (Ray restarts it if it may) and report it (``take_hung_actor_kills``)."""
+        import ray
+
         logger.error(
             "%s %d missed %d deadlines in a row: it is hung; killing it (Ray restarts it if "
             "restarts are left).",
             self.actor_label,
             actor_id,
-            state.consecutive_timeouts,
+            deadlines,
         )
         try:
             ray.kill(self._actors[actor_id], no_restart=False)
         except Exception as err:  # pragma: no cover - already gone
             logger.debug("ray.kill of a hung actor failed: %r", err)
         self.set_actor_state(actor_id, healthy=False)
+        self._forget_late_calls(actor_id)
         self._hung_kills.append(actor_id)
         self._num_hung_kills += 1
+
+    def _forget_late_calls(self, actor_id: int) -> None:
+        for ref in [r for r, (aid, _, _) in self._late_calls.items() if aid == actor_id]:
+            del self._late_calls[ref]
+
+    def late_actor_ids(self) -> list[int]:
+        """Ids of the actors with a call that missed its deadline and has not returned."""
+        return sorted({aid for aid, _, _ in self._late_calls.values()})
+
+    def check_late_calls(self) -> RemoteCallResults:
+        """Collect the late calls that returned; kill the actors whose late call is hung.
+
+        Only with ``unhealthy_on_timeout``. A late call still running
+        ``max_consecutive_timeouts`` deadlines after it was sent gets its actor
+        killed (see ``take_hung_actor_kills``). Never blocks.
+
+        Returns:
+            The returned late calls (values or errors); their actors stay unhealthy
+            (the caller restores them).
+        """
+        if not self._late_calls:
+            return RemoteCallResults()
+        import ray
+
+        refs = list(self._late_calls)
+        ready, not_ready = ray.wait(refs, num_returns=len(refs), timeout=0)
+        meta = {r: (None, self._late_calls.pop(r)[0]) for r in ready}
+        results = self._collect(ready, meta, return_obj_refs=False, mark_healthy=False)
+        limit = max(1, self.max_consecutive_timeouts or 1)
+        now = time.monotonic()
+        for ref in not_ready:
+            entry = self._late_calls.get(ref)
+            if entry is None:  # forgotten with an earlier ref of the same actor
+                continue
+            actor_id, sent_at, timeout = entry
+            if now - sent_at >= limit * timeout and actor_id in self._actors:
+                self._kill_hung(actor_id, limit)
+        return results
 
     # ------------------------------------------------------------------ sync calls
     def foreach_actor(
@@ -624,6 +714,7 @@ class FaultTolerantActorManager:
             return RemoteCallResults()
         import ray
 
+        sent_at = time.monotonic()
         refs = [self._fire(i, f, kw) for i, f, kw in calls]
         meta = {ref: (None, i) for ref, (i, _, _) in zip(refs, calls)}
         by_ref: dict[Any, CallResult] = {}
@@ -655,7 +746,7 @@ class FaultTolerantActorManager:
                 take(ready)
         if not_ready and timeout_seconds is not None and timeout_seconds > 0:
             for ref in not_ready:
-                self._missed_deadline(meta[ref][1])
+                self._missed_deadline(meta[ref][1], ref, sent_at, timeout_seconds)
         results = RemoteCallResults()
         results.result_or_errors = [by_ref[r] for r in refs if r in by_ref]
         return results
@@ -799,25 +890,40 @@ class FaultTolerantActorManager:
     ) -> list[int]:
         """Ping the unhealthy actors; return those that answer (and those restored before).
 
-        Actors that Ray reports as restarting or dead are not pinged (a ping to a
-        restarting actor only fails after a second). Without ``mark_healthy``
-        responsive actors are returned but stay unhealthy.
+        As in RLlib, the pings wait up to ``timeout_seconds`` (None: until each
+        answers or dies), so an actor that Ray is still starting or restarting
+        is restored when it comes up within that time. A ping that fails while
+        its actor is restarting is sent again; dead actors are skipped. Without
+        ``mark_healthy`` responsive actors are returned but stay unhealthy.
         """
+        import ray
+
         already = sorted(self._restored_actors)
         unhealthy = [i for i, s in self._remote_actor_states.items() if not s.is_healthy]
-        candidates = [
-            i for i in unhealthy if actor_state_in_gcs(self._actors[i]) not in _NOT_SERVING
-        ]
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
         just: list[int] = []
-        if candidates:
-            results = self.foreach_actor(
-                _ping,
-                remote_actor_ids=candidates,
-                healthy_only=False,
-                timeout_seconds=timeout_seconds,
-                mark_healthy=mark_healthy,
-            )
-            just = [r.actor_id for r in results if r.ok]
+        refs: dict[Any, int] = {}
+        retry: list[int] = [i for i in unhealthy if actor_state_in_gcs(self._actors[i]) != "DEAD"]
+        while retry or refs:
+            for actor_id in retry:
+                refs[self._actors[actor_id].apply.remote(_ping)] = actor_id
+            retry = []
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            ready, _ = ray.wait(list(refs), num_returns=1, timeout=left)
+            if not ready:
+                break
+            meta = {r: (None, refs.pop(r)) for r in ready}
+            for result in self._collect(ready, meta, False, mark_healthy):
+                if result.ok:
+                    just.append(result.actor_id)
+                elif result.actor_id in self._actors:
+                    gcs = actor_state_in_gcs(self._actors[result.actor_id])
+                    if gcs in _STARTING or (gcs != "DEAD" and deadline is not None):
+                        retry.append(result.actor_id)  # sent before a restart: ping again
+            if retry:
+                time.sleep(0.05)
         self._restored_actors.clear()
         return already + [i for i in just if i not in already]
 

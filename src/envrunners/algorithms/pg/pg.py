@@ -38,7 +38,7 @@ class PGConfig(AlgorithmConfig):
 
 
 class PG(Algorithm):
-    """Vanilla policy gradient: ``Algorithm`` with ``PGLearner`` (built by ``PGConfig``)."""
+    """Vanilla policy gradient: ``Algorithm`` with ``PGLearner`` (``PGTorchPolicy`` on the old stack)."""
 
     @classmethod
     def get_default_config(cls) -> PGConfig:
@@ -50,6 +50,11 @@ class PG(Algorithm):
         from envrunners.algorithms.ppo.ppo_learner import PGLearner
 
         return PGLearner
+
+    @classmethod
+    def get_default_policy_class(cls, config: Any = None) -> type:
+        """The old stack's policy: ``PGTorchPolicy``."""
+        return PGTorchPolicy
 
 
 class PGTorchPolicy(TorchPolicy):

@@ -102,6 +102,12 @@ class PPOTorchPolicy(TorchPolicy):
             "entropy": entropy.detach().mean(),
             "kl": kl.detach(),
         }
+        if cfg.get("use_critic", True):
+            # RLlib's explained_variance(value targets, current value predictions).
+            targets = train_batch[Postprocessing.VALUE_TARGETS]
+            var = torch.var(targets, unbiased=False)
+            residual = torch.var(targets - out[Columns.VF_PREDS].detach(), unbiased=False)
+            self._stats["vf_explained_var"] = torch.clamp(1.0 - residual / var, min=-1.0)
         return total
 
     def stats_fn(self, train_batch: Mapping[str, Any]) -> dict[str, Any]:

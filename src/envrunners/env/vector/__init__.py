@@ -1,7 +1,8 @@
 """Every vector env of the package: multi-agent sync/async (``ray.rllib.env.vector``),
-``make_vec``, and the single-agent ``FastSyncVectorEnv``."""
+``make_vec``, and the single-agent ``FastSyncVectorEnv`` and ``EnvPoolVectorEnv``."""
 
 from envrunners.env.vector.async_vector_multi_agent_env import AsyncVectorMultiAgentEnv
+from envrunners.env.vector.envpool_vector_env import EnvPoolVectorEnv
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 from envrunners.env.vector.registration import make_vec
 from envrunners.env.vector.sync_vector_multi_agent_env import SyncVectorMultiAgentEnv
@@ -9,6 +10,7 @@ from envrunners.env.vector.vector_multi_agent_env import VectorMultiAgentEnv
 
 __all__ = [
     "AsyncVectorMultiAgentEnv",
+    "EnvPoolVectorEnv",
     "FastSyncVectorEnv",
     "SyncVectorMultiAgentEnv",
     "VectorMultiAgentEnv",

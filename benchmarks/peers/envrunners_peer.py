@@ -1,0 +1,63 @@
+"""envrunners' ``SingleAgentEnvRunner`` (and RLlib's, same code) on a peer workload.
+
+``sample(num_timesteps=..., explore=True)`` with PPO's default module, one local runner,
+one torch thread (``num_cpus_per_env_runner=1``). Backends: ``gymnasium`` (the default
+``FastSyncVectorEnv``) and ``envpool`` (``EnvPoolVectorEnv``; envrunners only).
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import partial
+from typing import Any
+
+import torch
+from workloads import Workload, make_pong, median_rate, record
+
+SETTINGS = (
+    "SingleAgentEnvRunner.sample(num_timesteps, explore=True), PPO default module "
+    "(inference-only: policy forward), 1 torch thread, episodes built"
+)
+
+
+def build_runner(target: str, workload: Workload, backend: str) -> Any:
+    """A local runner on the workload's env with the given vector-env backend."""
+    ppo = importlib.import_module(f"{target}.algorithms.ppo")
+    runner_mod = importlib.import_module(f"{target}.env.single_agent_env_runner")
+    if backend == "envpool":
+        env: Any = "envpool:" + ("CartPole-v1" if workload.name == "cartpole" else "Pong-v5")
+    else:
+        env = "CartPole-v1" if workload.name == "cartpole" else partial(make_pong, target)
+    config = (
+        ppo.PPOConfig()
+        .environment(env=env)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=workload.num_envs)
+    )
+    if target == "ray.rllib":
+        config = config.api_stack(
+            enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True
+        )
+    return runner_mod.SingleAgentEnvRunner(config=config)
+
+
+def run(workload: Workload, repeats: int, target: str = "envrunners", backends=None):
+    """One record per backend: the runner's env steps/s."""
+    system = "envrunners" if target == "envrunners" else "rllib"
+    for backend in backends or (
+        ("gymnasium", "envpool") if target == "envrunners" else ("gymnasium",)
+    ):
+        runner = build_runner(target, workload, backend)
+        if target == "envrunners":
+            layer = torch.nn.Linear if workload.name == "cartpole" else torch.nn.Conv2d
+            assert any(isinstance(m, layer) for m in runner.module.modules())
+
+        def once(runner=runner) -> int:
+            episodes = runner.sample(num_timesteps=workload.timesteps, explore=True)
+            return sum(len(e) for e in episodes)
+
+        stats = median_rate(once, repeats)
+        runner.stop()
+        version = importlib.import_module(target.split(".")[0]).__version__
+        yield record(
+            workload, system, f"runner_{backend}", f"{SETTINGS}, {target} {version}", **stats
+        )

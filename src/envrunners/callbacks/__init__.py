@@ -1,0 +1,1 @@
+"""Callbacks that training results go through (experiment-tracking loggers)."""
