@@ -47,11 +47,21 @@ class Actor(FaultAwareApply):
 
 
 class SlowStart(Actor):
-    """An ``Actor`` whose (re)start takes a second."""
+    """An ``Actor`` whose start takes a second and whose restart takes three."""
 
     def __init__(self, index: int):
-        time.sleep(1.0)
+        import ray
+
+        time.sleep(3.0 if ray.get_runtime_context().was_current_actor_reconstructed else 1.0)
         super().__init__(index)
+
+
+def _call_fails(ray_module, actor) -> bool:
+    try:
+        ray_module.get(actor.ping.remote(), timeout=5)
+    except Exception:
+        return True
+    return False
 
 
 def call(actor, **_):
@@ -299,13 +309,15 @@ class TestHealth:
         mgr = FaultTolerantActorManager(actors=actors)
         try:
             ray_session.kill(actors[1], no_restart=False)
-            # Out of service at once (as a failed call would mark it), so the probe runs while
-            # Ray is still restarting the process (its start-up takes 1 s).
+            # Wait until the old process is gone (a direct call fails; ray.kill is
+            # asynchronous), then mark it out of service as a failed call would: the probe
+            # runs while Ray restarts the process (its restart takes 3 s).
+            assert wait_until(lambda: _call_fails(ray_session, actors[1]))
             mgr.set_actor_state(1, healthy=False)
             assert mgr.healthy_actor_ids() == [0]
             start = time.monotonic()
             assert mgr.probe_unhealthy_actors(20.0, mark_healthy=True) == [1]
-            assert time.monotonic() - start >= 0.5  # it did wait for the 1 s start-up
+            assert time.monotonic() - start >= 0.5  # it did wait for the restart
             assert mgr.healthy_actor_ids() == [0, 1] and mgr.total_num_restarts() == 1
             # A dead actor is not waited for.
             ray_session.kill(actors[1], no_restart=True)
