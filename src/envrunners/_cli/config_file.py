@@ -14,7 +14,7 @@ from typing import Any
 
 from envrunners.errors import CliError, ConfigError
 
-__all__ = ["apply", "load", "one_line"]
+__all__ = ["apply", "load", "one_line", "read_file"]
 
 
 def one_line(err: BaseException) -> str:
@@ -26,7 +26,8 @@ def one_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
-def _read(path: Path) -> Any:
+def read_file(path: Path, flag: str = "--config") -> Any:
+    """The parsed YAML (``.yaml``/``.yml``/``.json``) or TOML file at ``path``."""
     suffix = path.suffix.lower()
     text = path.read_text()
     if suffix == ".toml":
@@ -38,7 +39,7 @@ def _read(path: Path) -> Any:
 
         return yaml.safe_load(text)
     raise CliError(
-        f"--config {str(path)!r}: expected a .yaml, .yml or .toml file, got {suffix or 'no suffix'!r}"
+        f"{flag} {str(path)!r}: expected a .yaml, .yml or .toml file, got {suffix or 'no suffix'!r}"
     )
 
 
@@ -57,7 +58,7 @@ def load(file: str, config_class: type) -> dict[str, Any]:
     if not path.is_file():
         raise CliError(f"{where}: no such file")
     try:
-        data = _read(path)
+        data = read_file(path)
     except CliError:
         raise
     except Exception as err:  # yaml/toml syntax errors, undecodable bytes
