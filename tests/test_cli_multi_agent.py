@@ -16,7 +16,11 @@ import pytest
 from tests.test_cli import run_cli
 
 from envrunners import cli
-from envrunners._cli.multi_agent_training import PolicyMapping, multi_agent_settings
+from envrunners._cli.multi_agent_training import (
+    PolicyMapping,
+    is_multi_agent_spec,
+    multi_agent_settings,
+)
 
 pytest.importorskip("pettingzoo")
 
@@ -120,3 +124,19 @@ def test_policies_on_single_agent_env_and_bad_values_exit_2(tmp_path, capsys):
     assert cli.main(["train", "--env", "pettingzoo:pettingzoo.classic.nope_v1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot import 'pettingzoo.classic.nope_v1'" in err and len(err.splitlines()) == 1
+
+
+def test_env_spec_forms(tmp_path, monkeypatch):
+    """PettingZoo modules and ``module:attr`` MultiAgentEnv classes are multi-agent specs;
+    gymnasium ids, also in their ``module:Id`` form, are not."""
+    (tmp_path / "my_ma_envs.py").write_text(
+        "from envrunners.env.multi_agent_env import make_multi_agent\n"
+        "TwoCartPoles = make_multi_agent('CartPole-v1')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert is_multi_agent_spec(RPS) and is_multi_agent_spec("pettingzoo.classic.rps_v2")
+    assert is_multi_agent_spec("my_ma_envs:TwoCartPoles")
+    for single in ("CartPole-v1", "ALE/Pong-v5", "gymnasium.envs.classic_control:CartPole-v1"):
+        assert not is_multi_agent_spec(single), single
+    settings = multi_agent_settings("my_ma_envs:TwoCartPoles", "per-agent", None, {"num_agents": 3})
+    assert settings["policy_ids"] == ["0", "1", "2"]

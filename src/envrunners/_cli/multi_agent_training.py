@@ -45,8 +45,9 @@ def is_multi_agent_spec(spec: str) -> bool:
     """True for the ``--env`` forms this module handles (not gymnasium ids).
 
     ``pettingzoo:<module>``; a dotted path with no ``/`` that gymnasium does not
-    know; ``module:attr`` whose ``attr`` is a Python name (``ale_py:ALE/Pong-v5``
-    is gymnasium's ``module:Id`` form and stays single-agent).
+    know; ``module:attr`` whose module has ``attr`` and does not register it as a
+    gymnasium id (``ale_py:ALE/Pong-v5`` is gymnasium's ``module:Id`` form and
+    stays single-agent).
     """
     import gymnasium as gym
 
@@ -56,7 +57,13 @@ def is_multi_agent_spec(spec: str) -> bool:
         return False
     module, sep, attr = spec.partition(":")
     if sep:
-        return attr.isidentifier() and attr not in gym.registry and "-v" not in attr
+        if not attr.isidentifier() or attr in gym.registry:
+            return False
+        try:  # gymnasium's `module:Id` registers Id when the module is imported
+            found = importlib.import_module(module)
+        except ImportError:
+            return False
+        return attr not in gym.registry and hasattr(found, attr)
     return "." in module and all(part.isidentifier() for part in module.split("."))
 
 
