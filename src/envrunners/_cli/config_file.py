@@ -14,7 +14,7 @@ from typing import Any
 
 from envrunners.errors import CliError, ConfigError
 
-__all__ = ["apply", "load", "one_line", "read_file"]
+__all__ = ["apply", "load", "one_line", "parse_file", "read_file"]
 
 
 def one_line(err: BaseException) -> str:
@@ -43,6 +43,24 @@ def read_file(path: Path, flag: str = "--config") -> Any:
     )
 
 
+def parse_file(file: str, flag: str) -> tuple[Any, str]:
+    """``(parsed content, "FLAG 'path'")`` of the YAML/TOML file a flag names.
+
+    Raises:
+        CliError: The file is missing or cannot be parsed (exit code 2).
+    """
+    path = Path(file).expanduser()
+    where = f"{flag} {str(path)!r}"
+    if not path.is_file():
+        raise CliError(f"{where}: no such file")
+    try:
+        return read_file(path, flag), where
+    except CliError:
+        raise
+    except Exception as err:  # yaml/toml syntax errors, undecodable bytes
+        raise CliError(f"{where}: cannot parse it: {one_line(err)}") from None
+
+
 def load(file: str, config_class: type) -> dict[str, Any]:
     """Read ``file`` and check its keys and values against a fresh ``config_class()``.
 
@@ -53,16 +71,7 @@ def load(file: str, config_class: type) -> dict[str, Any]:
         CliError: The file is missing, unreadable, not a mapping, or has an unknown
             key or bad value (exit code 2).
     """
-    path = Path(file).expanduser()
-    where = f"--config {str(path)!r}"
-    if not path.is_file():
-        raise CliError(f"{where}: no such file")
-    try:
-        data = read_file(path)
-    except CliError:
-        raise
-    except Exception as err:  # yaml/toml syntax errors, undecodable bytes
-        raise CliError(f"{where}: cannot parse it: {one_line(err)}") from None
+    data, where = parse_file(file, "--config")
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -18,7 +18,6 @@ import fnmatch
 import importlib
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from envrunners.errors import CliError
@@ -181,18 +180,9 @@ def load_mapping_file(file: str) -> list[tuple[str, str]]:
         CliError: Missing or unparsable file, not a mapping, or a value that is not
             a policy id string (exit code 2).
     """
-    from envrunners._cli.config_file import one_line, read_file
+    from envrunners._cli.config_file import parse_file
 
-    path = Path(file).expanduser()
-    where = f"--policy-mapping {str(path)!r}"
-    if not path.is_file():
-        raise CliError(f"{where}: no such file")
-    try:
-        data = read_file(path, "--policy-mapping")
-    except CliError:
-        raise
-    except Exception as err:
-        raise CliError(f"{where}: cannot parse it: {one_line(err)}") from None
+    data, where = parse_file(file, "--policy-mapping")
     if not isinstance(data, dict) or not data:
         raise CliError(
             f"{where}: expected a mapping of agent ids (or globs) to policy ids, "
