@@ -1,7 +1,8 @@
 """``envrunners train``: PPO (or PG) through ``Algorithm``, with progress, plots, loggers, checkpoints.
 
 Why: the command a newcomer runs first, on the API's one training path. The flags
-(and ``--config FILE``) become a ``PPOConfig``/``PGConfig``; ``config.build_algo()``
+(and ``--config FILE``) become a ``PPOConfig``/``PGConfig`` (multi-agent envs get
+their policies and mapping from ``_cli/multi_agent_training.py``); ``config.build_algo()``
 then ``train()`` runs until the mean return of the last 20 episodes reaches
 ``--stop-reward`` or ``--stop-timesteps`` env steps are sampled. Each iteration
 writes a ``metrics.csv`` row, the ``--logger`` outputs (TensorBoard by default)
@@ -91,9 +92,12 @@ def add_train_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> argpar
     p = sub.add_parser(
         "train",
         parents=parents,
-        help="train PPO/PG on a gymnasium env (progress bar, metrics.csv, plot, checkpoint)",
+        help="train PPO/PG on a gymnasium or PettingZoo env (progress bar, metrics.csv, plot, "
+        "checkpoint)",
         description="Train a policy with PPO (default) or PG on EnvRunnerGroup and write "
-        "metrics.csv, learning_curve.png and a checkpoint into --out.",
+        "metrics.csv, learning_curve.png and a checkpoint into --out. Multi-agent envs "
+        "(--env pettingzoo:<module>) train one shared module, one per agent "
+        "(--policies per-agent) or those of a --policy-mapping file.",
     )
     p.add_argument(
         "--env",
