@@ -28,6 +28,7 @@ __all__ = [
     "MultiAgentEnvFactory",
     "PolicyMapping",
     "agent_ids",
+    "apply_multi_agent",
     "is_multi_agent_spec",
     "load_mapping_file",
     "multi_agent_settings",
