@@ -14,7 +14,7 @@ from typing import Any
 
 from envrunners.errors import CliError, ConfigError
 
-__all__ = ["apply", "load", "one_line"]
+__all__ = ["apply", "load", "one_line", "parse_file", "read_file"]
 
 
 def one_line(err: BaseException) -> str:
@@ -26,7 +26,8 @@ def one_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
-def _read(path: Path) -> Any:
+def read_file(path: Path, flag: str = "--config") -> Any:
+    """The parsed YAML (``.yaml``/``.yml``/``.json``) or TOML file at ``path``."""
     suffix = path.suffix.lower()
     text = path.read_text()
     if suffix == ".toml":
@@ -38,8 +39,26 @@ def _read(path: Path) -> Any:
 
         return yaml.safe_load(text)
     raise CliError(
-        f"--config {str(path)!r}: expected a .yaml, .yml or .toml file, got {suffix or 'no suffix'!r}"
+        f"{flag} {str(path)!r}: expected a .yaml, .yml or .toml file, got {suffix or 'no suffix'!r}"
     )
+
+
+def parse_file(file: str, flag: str) -> tuple[Any, str]:
+    """``(parsed content, "FLAG 'path'")`` of the YAML/TOML file a flag names.
+
+    Raises:
+        CliError: The file is missing or cannot be parsed (exit code 2).
+    """
+    path = Path(file).expanduser()
+    where = f"{flag} {str(path)!r}"
+    if not path.is_file():
+        raise CliError(f"{where}: no such file")
+    try:
+        return read_file(path, flag), where
+    except CliError:
+        raise
+    except Exception as err:  # yaml/toml syntax errors, undecodable bytes
+        raise CliError(f"{where}: cannot parse it: {one_line(err)}") from None
 
 
 def load(file: str, config_class: type) -> dict[str, Any]:
@@ -52,16 +71,7 @@ def load(file: str, config_class: type) -> dict[str, Any]:
         CliError: The file is missing, unreadable, not a mapping, or has an unknown
             key or bad value (exit code 2).
     """
-    path = Path(file).expanduser()
-    where = f"--config {str(path)!r}"
-    if not path.is_file():
-        raise CliError(f"{where}: no such file")
-    try:
-        data = _read(path)
-    except CliError:
-        raise
-    except Exception as err:  # yaml/toml syntax errors, undecodable bytes
-        raise CliError(f"{where}: cannot parse it: {one_line(err)}") from None
+    data, where = parse_file(file, "--config")
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -258,11 +258,21 @@ def _episode_shares(episodes: int, num_env_runners: int) -> dict[int, int]:
 
 
 def _eval_config(
-    meta: dict, args: argparse.Namespace, video_dir: Path | None, shares: dict[int, int]
+    meta: dict,
+    args: argparse.Namespace,
+    video_dir: Path | None,
+    shares: dict[int, int],
+    run: dict | None = None,
 ) -> Any:
     """The checkpoint's config with the evaluation's runners, env and exploration."""
     config_cls = _resolve(meta, "config_class")
     config = config_cls().update_from_dict(meta["config"])
+    if run is not None and run.get("multi_agent"):  # env and mapping are not JSON data
+        from envrunners._cli.multi_agent_training import apply_multi_agent
+
+        if video_dir is not None:
+            raise CliError("--video records single-agent envs only; this run is multi-agent")
+        config = apply_multi_agent(config, run)
     if not config.env:
         raise CliError(
             "the checkpoint does not name its env (a creator that was not saved: "
@@ -284,6 +294,17 @@ def _eval_config(
     return config
 
 
+def _run_settings(ckpt: Path) -> dict | None:
+    """The ``run.json`` beside an ``envrunners train`` checkpoint (None without one)."""
+    import json
+
+    file = ckpt.parent / "run.json"
+    try:
+        return json.loads(file.read_text()) if file.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def _run_episodes(runner: Any, shares: dict[int, int], explore: bool) -> list[tuple[float, int]]:
     """Runner side: sample this runner's share of whole episodes; ``[(return, length)]``."""
     count = shares.get(int(getattr(runner, "worker_index", 0) or 0), 0)
@@ -299,7 +320,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     ckpt, _, meta = find_checkpoint(args.checkpoint)
     video_dir = _check_outputs(args)
     shares = _episode_shares(args.episodes, args.num_env_runners)
-    config = _eval_config(meta, args, video_dir, shares)
+    run = _run_settings(ckpt)
+    config = _eval_config(meta, args, video_dir, shares, run)
+    if run is not None and run.get("multi_agent"):  # the table names the env; returns: sums
+        meta = {**meta, "config": {**meta["config"], "env": f"{run['env']} (multi-agent)"}}
     algo_cls = _resolve(meta, "algo_class")
     ray_ctx = (
         embedded_ray(args.num_env_runners + 1, debug=debug)

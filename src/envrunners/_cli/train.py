@@ -1,7 +1,8 @@
 """``envrunners train``: PPO (or PG) through ``Algorithm``, with progress, plots, loggers, checkpoints.
 
 Why: the command a newcomer runs first, on the API's one training path. The flags
-(and ``--config FILE``) become a ``PPOConfig``/``PGConfig``; ``config.build_algo()``
+(and ``--config FILE``) become a ``PPOConfig``/``PGConfig`` (multi-agent envs get
+their policies and mapping from ``_cli/multi_agent_training.py``); ``config.build_algo()``
 then ``train()`` runs until the mean return of the last 20 episodes reaches
 ``--stop-reward`` or ``--stop-timesteps`` env steps are sampled. Each iteration
 writes a ``metrics.csv`` row, the ``--logger`` outputs (TensorBoard by default)
@@ -19,7 +20,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from envrunners._cli import arguments, atari_env, config_file, input_checks, presets
+from envrunners._cli import (
+    arguments,
+    atari_env,
+    config_file,
+    input_checks,
+    multi_agent_training,
+    presets,
+)
 from envrunners._cli.train_checkpoint import load_checkpoint, save_run_settings
 from envrunners._cli.trainer import RETURN_WINDOW, Trainer
 from envrunners.errors import CliError
@@ -54,6 +62,12 @@ _ALGO_DEFAULTS = {
 RESUMABLE_KEYS = tuple(k for k in DEFAULTS if k not in ("stop_reward", "stop_timesteps")) + (
     "env",
     "config_overrides",
+    # multi-agent runs (_cli/multi_agent_training.py)
+    "multi_agent",
+    "policies_mode",
+    "policy_rules",
+    "agents",
+    "policy_ids",
 )
 #: Run settings -> the config fields they set (a ``--config`` file may set them too).
 _CONFIG_FIELDS = {
@@ -78,11 +92,19 @@ def add_train_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> argpar
     p = sub.add_parser(
         "train",
         parents=parents,
-        help="train PPO/PG on a gymnasium env (progress bar, metrics.csv, plot, checkpoint)",
+        help="train PPO/PG on a gymnasium or PettingZoo env (progress bar, metrics.csv, plot, "
+        "checkpoint)",
         description="Train a policy with PPO (default) or PG on EnvRunnerGroup and write "
-        "metrics.csv, learning_curve.png and a checkpoint into --out.",
+        "metrics.csv, learning_curve.png and a checkpoint into --out. Multi-agent envs "
+        "(--env pettingzoo:<module>) train one shared module, one per agent "
+        "(--policies per-agent) or those of a --policy-mapping file.",
     )
-    p.add_argument("--env", help="gymnasium env id, e.g. CartPole-v1 (required unless --resume)")
+    p.add_argument(
+        "--env",
+        help="gymnasium env id, e.g. CartPole-v1, or a multi-agent env: "
+        "pettingzoo:<module> (pettingzoo:mpe2.simple_spread_v3), a PettingZoo module path "
+        "or module:attr naming a MultiAgentEnv (required unless --resume)",
+    )
     p.add_argument("--algo", choices=sorted(_ALGO_DEFAULTS), help="learner (default: ppo)")
     arguments.add_runner_arguments(
         p,
@@ -142,6 +164,18 @@ def add_train_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> argpar
         "tensorboard, wandb (offline), mlflow (file store in --out), none "
         "(default: tensorboard if installed)",
     )
+    p.add_argument(
+        "--policies",
+        choices=multi_agent_training.POLICY_MODES,
+        help="multi-agent envs: one module for all agents (shared, the default) "
+        "or one per agent id (per-agent)",
+    )
+    p.add_argument(
+        "--policy-mapping",
+        metavar="FILE",
+        help="multi-agent envs: YAML/TOML mapping {agent id or glob: policy id}, "
+        "e.g. 'adversary_*: adversary' and 'agent_*: good'",
+    )
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live bar")
     p.set_defaults(func=run_train)
     return p
@@ -187,12 +221,7 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
                     f"{_as_flag(key, run[key])} differs from the resumed run's "
                     f"{_as_flag(key, before)} (its weights fit that network only)"
                 )
-    if atari_env.is_atari_id(run["env"]):
-        atari_env.ensure_ale()
-    input_checks.check_env_id(run["env"])
-    spec = input_checks.probe_env(run["env"])
-    if run["stop_reward"] is None and spec is not None:
-        run["stop_reward"] = spec.reward_threshold
+    _check_env(args, run, saved)
     if not 0.0 <= run["gamma"] <= 1.0:
         raise CliError(f"argument --gamma: expected a number in [0, 1], got {run['gamma']}")
     if args.out:
@@ -206,6 +235,36 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict | None, Pa
         )
     out = input_checks.prepare_output_dir(out, "--out directory")
     return run, saved, out
+
+
+def _check_env(args: argparse.Namespace, run: dict[str, Any], saved: dict | None) -> None:
+    """Check ``--env`` (and, for a multi-agent env, its policies); the env's stop reward."""
+    policies, mapping = getattr(args, "policies", None), getattr(args, "policy_mapping", None)
+    if multi_agent_training.is_multi_agent_spec(run["env"]):
+        if saved is None or policies or mapping:
+            env_config = (run.get("config_overrides") or {}).get("env_config")
+            run.update(
+                multi_agent_training.multi_agent_settings(run["env"], policies, mapping, env_config)
+            )
+            if saved is not None and run["policy_ids"] != saved["run"].get("policy_ids"):
+                raise CliError(
+                    f"the policies {', '.join(run['policy_ids'])} differ from the resumed "
+                    f"run's {', '.join(saved['run'].get('policy_ids') or [])} "
+                    "(its weights fit those modules only)"
+                )
+        return
+    if policies or mapping:
+        flag = "--policies" if policies else "--policy-mapping"
+        raise CliError(
+            f"{flag} needs a multi-agent --env (pettingzoo:<module> or module:attr), "
+            f"got the single-agent env {run['env']!r}"
+        )
+    if atari_env.is_atari_id(run["env"]):
+        atari_env.ensure_ale()
+    input_checks.check_env_id(run["env"])
+    spec = input_checks.probe_env(run["env"])
+    if run["stop_reward"] is None and spec is not None:
+        run["stop_reward"] = spec.reward_threshold
 
 
 def _as_flag(key: str, value: Any) -> str:
@@ -254,6 +313,8 @@ def build_config(run: dict[str, Any]) -> Any:
         .reporting(metrics_num_episodes_for_smoothing=RETURN_WINDOW)
         .debugging(seed=run["seed"])
     )
+    if run.get("multi_agent"):
+        config = multi_agent_training.apply_multi_agent(config, run)
     if run["algo"] == "ppo":
         config = config.training(
             lambda_=run["lambda_"],

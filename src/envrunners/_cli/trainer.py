@@ -40,10 +40,29 @@ _LEARNER_COLUMNS = {
 }
 
 
+def _learner_stats(result: dict[str, Any]) -> dict[str, Any]:
+    """``default_policy``'s learner stats; with several modules (multi-agent), their mean."""
+    learners = result.get("learners", {})
+    if "default_policy" in learners:
+        return learners["default_policy"]
+    modules = [v for k, v in learners.items() if k != "__all_modules__" and isinstance(v, dict)]
+    keys = set(_LEARNER_COLUMNS.values())
+    stats: dict[str, Any] = {}
+    for key in keys:
+        values = [float(m[key]) for m in modules if isinstance(m.get(key), (int, float))]
+        if values:
+            stats[key] = sum(values) / len(values)
+    return stats
+
+
 def csv_row(result: dict[str, Any], steps_this_iter: float) -> dict[str, Any]:
-    """The ``metrics.csv`` row of one ``Algorithm.train()`` result."""
+    """The ``metrics.csv`` row of one ``Algorithm.train()`` result.
+
+    ``episode_return_mean`` of a multi-agent env is the sum over its agents (as
+    RLlib reports it); the learner columns are then the mean over the modules.
+    """
     runners = result.get("env_runners", {})
-    learner = result.get("learners", {}).get("default_policy", {})
+    learner = _learner_stats(result)
     faults = result.get("fault_tolerance", {})
     nan = math.nan
     return {
@@ -107,6 +126,12 @@ class Trainer:
         )
         verb = "Resuming" if self.saved else "Training"
         lstm = " (LSTM policy)" if run.get("use_lstm") else ""
+        if run.get("multi_agent"):
+            ids = run["policy_ids"]
+            lstm += (
+                f" ({len(run['agents'])} agents, {len(ids)} "
+                f"{'policy' if len(ids) == 1 else 'policies'}: {', '.join(ids)})"
+            )
         print(
             f"{verb} {run['algo'].upper()}{lstm} on {run['env']}{wrapping_note(run['env'])} "
             f"until {goal}"
