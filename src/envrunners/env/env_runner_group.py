@@ -589,11 +589,16 @@ class EnvRunnerGroup:
                 answered[i] -= 1
             else:
                 late.append(i)
+        self._log_dropped(late, f"did not answer within {timeout}s", 0)
+
+    def _log_dropped(self, ids: list[int], why: str, count: int) -> None:
+        """Count ``count`` more dropped results and log the runners that lost them."""
+        self._num_env_runners_dropped_lifetime += count
         logger.warning(
-            "env runners %s did not answer within %ss; their results are dropped "
-            "(num_env_runners_dropped_lifetime=%d). Raise sample_timeout_s if they are slow.",
-            late,
-            timeout,
+            "env runners %s %s; their results are dropped (num_env_runners_dropped_lifetime="
+            "%d). Raise sample_timeout_s if they are slow.",
+            ids,
+            why,
             self._num_env_runners_dropped_lifetime,
         )
 
