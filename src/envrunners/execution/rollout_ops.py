@@ -5,8 +5,10 @@ number of steps is collected. Unlike RLlib, a runner that fails, is killed or
 misses the deadline mid-round does not shrink the batch: the group takes it out
 (a late runner at once, so later rounds do not wait for it), the healthy runners
 top the batch up, and the failed one rejoins (with the latest state) as soon as
-it is restored. Top-up rounds of new-stack runners ask each runner for its share
-of the missing env steps, so a batch of N steps has N to N + num_envs x
+it is restored. A round does not wait for a straggler (a call running past a
+tenth of the deadline) when the others can fill the batch (``_TopUpPass``).
+Top-up rounds of new-stack runners ask each runner for its share of the missing
+env steps, so a batch of N steps has N to N + num_envs x
 num_runners - 1 steps, as without failures. A round in which no runner answers
 within ``sample_timeout_s`` is an explicit ``RemoteEnvRunnerError`` when nothing
 was collected (never an empty batch).
@@ -313,20 +315,21 @@ class _Call:
 
 
 class _TopUpPass:
-    """Sample ``need`` env steps, topping up from the runners that answered.
+    """Sample ``need`` env steps in rounds that do not wait for stragglers.
 
-    A runner that answers while the batch is short is asked again at once for its
-    share of the steps still missing, counting the steps the calls in flight were
-    asked for. A call still running after ``_STRAGGLER_SHARE`` of the deadline
-    (or ``_STRAGGLER_FACTOR`` x the slowest call so far, if longer) is no longer
-    counted on, so the others fill the batch without waiting for it. Its result,
-    if it comes while the batch is still short, is used when it fits (the batch
-    stays within N + num_envs x num_runners - 1 steps), else dropped; a straggler
-    still running when the batch is full is left to the group's late-call watch:
-    out of service until it returns (that result is dropped, never used for a
-    later batch) and killed as hung ``replace_env_runner_after_missed_deadlines``
-    deadlines after it was sent. The pass wakes for those kills, so a hung runner
-    is replaced on time while the others keep sampling.
+    Rounds as in ``_remote_round`` (a plain ``sample()`` from every healthy
+    runner, then top-up rounds asking each for its share of the missing steps),
+    but a call still running after ``_STRAGGLER_SHARE`` of the deadline (or
+    ``_STRAGGLER_FACTOR`` x the slowest call so far, if longer) is no longer
+    waited for: the next round starts without it, so the healthy runners fill
+    the batch while it is in flight. Its result, if it comes while the batch is
+    still short, is used when it fits (the batch stays within N + num_envs x
+    num_runners - 1 steps), else dropped; a straggler still running when the
+    batch is full is left to the group's late-call watch: out of service until
+    it returns (that result is dropped, never used for a later batch) and killed
+    as hung ``replace_env_runner_after_missed_deadlines`` deadlines after it was
+    sent. The pass wakes for those kills, so a hung runner is replaced on time
+    while the others keep sampling.
     """
 
     def __init__(self, group: Any, random_actions: bool, with_metrics: bool, timeout: Any):
@@ -355,11 +358,11 @@ class _TopUpPass:
         while True:
             now = time.monotonic()
             self._mark_stragglers(now)
-            counted = sum(c.asked for c in self.calls.values() if c.counted)
-            if collected >= need and not any(c.counted for c in self.calls.values()):
+            counted = any(c.counted for c in self.calls.values())
+            if collected >= need and not counted:
                 break
-            if collected < need:
-                self._fire_idle(need - collected - counted, have_data or bool(results))
+            if collected < need and not counted:  # a new round (the stragglers left out)
+                self._fire_idle(need - collected, have_data or bool(results))
             if not self.calls:
                 break
             ready = self._wait(now)
