@@ -7,7 +7,8 @@ state, and keeps them in service:
 
 - a runner that dies (killed, crashed, its node lost) is replaced by the
   standby runner or restarted by Ray, whichever is first; a runner whose env
-  raised is rebuilt in place; one that misses a deadline is out of service at
+  raised is rebuilt in place; one that misses a deadline (or whose call a
+  sampling pass filled the batch without) is out of service at
   once and, if its call is still running
   ``replace_env_runner_after_missed_deadlines`` deadlines after it was sent,
   killed as hung and replaced. Before a restored runner serves again, the group
