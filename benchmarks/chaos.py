@@ -56,7 +56,9 @@ FRAGMENT = 50
 BATCH = NUM_RUNNERS * NUM_ENVS * FRAGMENT
 #: RLlib's own overshoot: a runner ends ``sample()`` with a whole vector step, and
 #: a sub-env that was just reset adds no step, so each runner may return up to
-#: ``NUM_ENVS - 1`` steps more than asked for.
+#: ``NUM_ENVS - 1`` steps more than asked for. Top-up rounds (after a failure) ask
+#: each runner for its share of the missing steps, so they keep this bound, which
+#: is tighter than the issue's N + NUM_ENVS x NUM_RUNNERS - 1.
 MAX_BATCH = BATCH + NUM_RUNNERS * (NUM_ENVS - 1)
 
 

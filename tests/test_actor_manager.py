@@ -351,6 +351,26 @@ class TestHealth:
         finally:
             mgr.clear()
 
+    def test_set_aside_call_is_out_of_service_and_killed_on_its_timer(self, ray_session):
+        mgr = make_manager(ray_session, n=1, max_consecutive_timeouts=2, unhealthy_on_timeout=True)
+        try:
+            sent_at = time.monotonic()
+            ref = mgr.fire(0, "slow", {"seconds": 60.0})
+            assert mgr.next_hung_check_at() is None
+            mgr.set_aside(0, ref, sent_at, 0.5)  # not late yet: the caller stopped waiting
+            assert mgr.healthy_actor_ids() == [] and mgr.late_actor_ids() == [0]
+            assert mgr.num_timed_out_calls() == 0
+            assert mgr.next_hung_check_at() == pytest.approx(sent_at + 2 * 0.5)
+            assert wait_until(lambda: not mgr.check_late_calls() and mgr.num_hung_actor_kills())
+            assert mgr.take_hung_actor_kills() == [0] and mgr.next_hung_check_at() is None
+            # Fired calls are collected like foreach_actor's.
+            assert wait_until(lambda: mgr.probe_unhealthy_actors(1.0, mark_healthy=True) == [0])
+            ref = mgr.fire(0, call, {})
+            ready, _ = ray_session.wait([ref], timeout=30)
+            assert [(r.actor_id, r.get()) for r in mgr.collect({ref: 0}, ready)] == [(0, 1)]
+        finally:
+            mgr.clear()
+
     def test_set_state_probe_and_async_purge(self, manager):
         manager.foreach_actor_async(call, "t")
         manager.set_actor_state(2, healthy=False)

@@ -67,6 +67,9 @@ class FaultyEnv(gym.Env):
             marker.write_text(str(os.getpid()))
             if cfg.get("mode", "raise") == "hang":
                 time.sleep(3600)
+            if cfg.get("mode") == "slow":  # late once, then fine
+                time.sleep(float(cfg["sleep_s"]))
+                return np.zeros(2, np.float32), 1.0, True, False, {}
             raise ValueError(f"injected env failure on runner {self.worker_index}")
         obs = np.full(2, float(self.worker_index) + self.t / 10.0, np.float32)
         return obs, 1.0, self.t >= 10, False, {}
@@ -244,9 +247,17 @@ def test_hung_runner_is_detected_killed_and_restarted(ray_session, tmp_path):
         elapsed = time.monotonic() - start
         assert steps(episodes) >= 300
         assert (tmp_path / "fault").exists()
-        assert group._worker_manager.num_hung_actor_kills() == 1
         assert group.num_env_runners_dropped_lifetime() >= 1
         assert elapsed < 30, f"the driver waited {elapsed:.1f}s"
+        # Runner 1 filled the batch; runner 2 is killed one deadline after its call
+        # was sent (the batch may be done before that).
+        assert wait_until(
+            lambda: (
+                group.probe_unhealthy_env_runners(timeout_seconds=0.5) is not None
+                and group._worker_manager.num_hung_actor_kills() == 1
+            ),
+            timeout=30,
+        )
         restored: list[int] = []
         assert wait_until(
             lambda: (
@@ -336,6 +347,67 @@ def test_hung_runner_is_out_at_once_then_replaced_and_batches_stay_exact(ray_ses
         assert (
             400 <= steps(synchronous_parallel_sample(worker_set=group, max_env_steps=400)) <= most
         )
+
+
+@pytest.mark.timeout(120)
+def test_batch_is_topped_up_while_a_hung_call_is_in_flight(ray_session, tmp_path):
+    """Runner 2 hangs in its first call: runner 1 fills the batch before the deadline."""
+    deadline = 5.0
+    config = make_config(
+        tmp_path,
+        env_config={"bad_worker": 2, "mode": "hang", "at_step": 1},
+        sample_timeout_s=deadline,
+    )
+    most = 400 + 2 * 2 - 1
+    with EnvRunnerGroup(config=config, standby_env_runner=True) as group:
+        start = time.monotonic()
+        episodes = synchronous_parallel_sample(worker_set=group, max_env_steps=400)
+        took = time.monotonic() - start
+        assert took < deadline, f"the pass waited {took:.1f}s for the hung call"
+        assert 400 <= steps(episodes) <= most
+        assert (tmp_path / "fault").exists()
+        # Left behind, out of service at once; its result will not count.
+        assert group.healthy_env_runner_ids() == [1]
+        assert group.num_env_runners_dropped_lifetime() == 1
+        sizes = []
+        while time.monotonic() - start < 90 and group.num_env_runners_replaced_lifetime() < 1:
+            sizes.append(steps(synchronous_parallel_sample(worker_set=group, max_env_steps=400)))
+        assert group._worker_manager.num_hung_actor_kills() == 1
+        assert group.num_env_runners_replaced_lifetime() == 1
+        assert sizes and all(400 <= n <= most for n in sizes), sizes
+        assert group.num_env_runners_dropped_lifetime() == 1
+
+
+@pytest.mark.timeout(120)
+def test_slow_call_left_behind_is_dropped_and_its_runner_comes_back(ray_session, tmp_path):
+    """Runner 2 is slow once (3 s, deadline 10 s): batch filled by runner 1, runner 2 not killed."""
+    config = make_config(
+        tmp_path,
+        env_config={"bad_worker": 2, "mode": "slow", "sleep_s": 3.0, "at_step": 1},
+        sample_timeout_s=10.0,
+    )
+    most = 400 + 2 * 2 - 1
+    with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
+        assert (
+            400 <= steps(synchronous_parallel_sample(worker_set=group, max_env_steps=400)) <= most
+        )
+        assert (tmp_path / "fault").exists()
+        assert group.healthy_env_runner_ids() == [1]
+        sizes = []
+        assert wait_until(
+            lambda: (
+                sizes.append(
+                    steps(synchronous_parallel_sample(worker_set=group, max_env_steps=400))
+                )
+                or group.num_healthy_remote_env_runners() == 2
+            ),
+            timeout=60,
+        )
+        assert sizes and all(400 <= n <= most for n in sizes), sizes
+        assert group._worker_manager.num_hung_actor_kills() == 0
+        assert group.num_env_runners_dropped_lifetime() == 1
+        assert group.num_env_runners_replaced_lifetime() == 0  # the same process serves again
+        assert group.foreach_env_runner(lambda w: w.worker_index, local_env_runner=False) == [1, 2]
 
 
 def test_stop_returns_within_a_deadline_with_a_hung_runner(ray_session, tmp_path):

@@ -7,7 +7,8 @@ state, and keeps them in service:
 
 - a runner that dies (killed, crashed, its node lost) is replaced by the
   standby runner or restarted by Ray, whichever is first; a runner whose env
-  raised is rebuilt in place; one that misses a deadline is out of service at
+  raised is rebuilt in place; one that misses a deadline (or whose call a
+  sampling pass filled the batch without) is out of service at
   once and, if its call is still running
   ``replace_env_runner_after_missed_deadlines`` deadlines after it was sent,
   killed as hung and replaced. Before a restored runner serves again, the group
@@ -589,11 +590,16 @@ class EnvRunnerGroup:
                 answered[i] -= 1
             else:
                 late.append(i)
+        self._log_dropped(late, f"did not answer within {timeout}s", 0)
+
+    def _log_dropped(self, ids: list[int], why: str, count: int) -> None:
+        """Count ``count`` more dropped results and log the runners that lost them."""
+        self._num_env_runners_dropped_lifetime += count
         logger.warning(
-            "env runners %s did not answer within %ss; their results are dropped "
-            "(num_env_runners_dropped_lifetime=%d). Raise sample_timeout_s if they are slow.",
-            late,
-            timeout,
+            "env runners %s %s; their results are dropped (num_env_runners_dropped_lifetime="
+            "%d). Raise sample_timeout_s if they are slow.",
+            ids,
+            why,
             self._num_env_runners_dropped_lifetime,
         )
 

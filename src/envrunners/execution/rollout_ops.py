@@ -5,8 +5,10 @@ number of steps is collected. Unlike RLlib, a runner that fails, is killed or
 misses the deadline mid-round does not shrink the batch: the group takes it out
 (a late runner at once, so later rounds do not wait for it), the healthy runners
 top the batch up, and the failed one rejoins (with the latest state) as soon as
-it is restored. Top-up rounds of new-stack runners ask each runner for its share
-of the missing env steps, so a batch of N steps has N to N + num_envs x
+it is restored. A round does not wait for a straggler (a call running past a
+tenth of the deadline) when the others can fill the batch (``_TopUpPass``).
+Top-up rounds of new-stack runners ask each runner for its share of the missing
+env steps, so a batch of N steps has N to N + num_envs x
 num_runners - 1 steps, as without failures. A round in which no runner answers
 within ``sample_timeout_s`` is an explicit ``RemoteEnvRunnerError`` when nothing
 was collected (never an empty batch).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 import traceback
 from typing import Any
 
@@ -176,9 +179,19 @@ def synchronous_parallel_sample(
             top_up = None
             if samples and limit is not None and not count_agents:
                 top_up = limit - steps
-            round_results = _remote_round(
-                worker_set, random_actions, _return_metrics, sample_timeout_s, bool(samples), top_up
-            )
+            if limit is not None and not count_agents and _takes_step_counts(worker_set):
+                round_results = _TopUpPass(
+                    worker_set, random_actions, _return_metrics, sample_timeout_s
+                ).run(limit - steps, bool(samples))
+            else:
+                round_results = _remote_round(
+                    worker_set,
+                    random_actions,
+                    _return_metrics,
+                    sample_timeout_s,
+                    bool(samples),
+                    top_up,
+                )
             if round_results is None:
                 logger.warning(
                     "synchronous_parallel_sample(): returning %d of the %s steps asked for; "
@@ -196,6 +209,16 @@ def synchronous_parallel_sample(
                 break
     data = _concat(samples) if concat else samples
     return (data, metrics) if _return_metrics else data
+
+
+def _takes_step_counts(group: Any) -> bool:
+    """Whether the group's runners sample a given number of env steps (see ``_top_up_shares``)."""
+    config = group._remote_config
+    return bool(
+        config.enable_env_runner_and_connector_v2
+        and config.batch_mode == "truncate_episodes"
+        and config.count_steps_by == "env_steps"
+    )
 
 
 def _top_up_shares(config: Any, ids: list[int], missing: int | None) -> list[int] | None:
@@ -274,3 +297,179 @@ def _remote_round(
         f"{group.num_env_runners_dropped_lifetime()}). Raise sample_timeout_s, or lower "
         "rollout_fragment_length / num_envs_per_env_runner."
     )
+
+
+#: A call is a straggler (no longer counted on) after this share of the deadline,
+#: or after ``_STRAGGLER_FACTOR`` times the slowest call of the pass, if longer.
+_STRAGGLER_SHARE = 0.1
+_STRAGGLER_FACTOR = 3.0
+
+
+class _Call:
+    """One ``sample()`` call in flight: its runner, when it was sent, the steps asked."""
+
+    __slots__ = ("actor_id", "sent_at", "asked", "counted")
+
+    def __init__(self, actor_id: int, sent_at: float, asked: int):
+        self.actor_id, self.sent_at, self.asked, self.counted = actor_id, sent_at, asked, True
+
+
+class _TopUpPass:
+    """Sample ``need`` env steps in rounds that do not wait for stragglers.
+
+    Rounds as in ``_remote_round`` (a plain ``sample()`` from every healthy
+    runner, then top-up rounds asking each for its share of the missing steps),
+    but a call still running after ``_STRAGGLER_SHARE`` of the deadline (or
+    ``_STRAGGLER_FACTOR`` x the slowest call so far, if longer) is no longer
+    waited for: the next round starts without it, so the healthy runners fill
+    the batch while it is in flight. Its result, if it comes while the batch is
+    still short, is used when it fits (the batch stays within N + num_envs x
+    num_runners - 1 steps), else dropped; a straggler still running when the
+    batch is full is left to the group's late-call watch: out of service until
+    it returns (that result is dropped, never used for a later batch) and killed
+    as hung ``replace_env_runner_after_missed_deadlines`` deadlines after it was
+    sent. The pass wakes for those kills, so a hung runner is replaced on time
+    while the others keep sampling.
+    """
+
+    def __init__(self, group: Any, random_actions: bool, with_metrics: bool, timeout: Any):
+        self.group = group
+        self.manager = group._worker_manager
+        self.config = group._remote_config
+        self.random_actions = random_actions
+        self.with_metrics = with_metrics
+        self.timeout = group._deadline(timeout)
+        self.calls: dict[Any, _Call] = {}
+        self.slowest = 0.0
+        self.fired = False
+
+    def run(self, need: int, have_data: bool) -> list[Any] | None:
+        """The results (``[]``: runners failed, try again; None: stop with what we have)."""
+        group, manager = self.group, self.manager
+        if group.num_healthy_remote_env_runners() == 0:
+            return _remote_round(
+                group, self.random_actions, self.with_metrics, self.timeout, have_data, need
+            )
+        group._recovery.maintain()
+        results: list[Any] = []
+        collected = 0
+        num_envs = int(self.config.num_envs_per_env_runner)
+        failed = False
+        while True:
+            now = time.monotonic()
+            self._mark_stragglers(now)
+            counted = any(c.counted for c in self.calls.values())
+            if collected >= need and not counted:
+                break
+            if collected < need and not counted:  # a new round (the stragglers left out)
+                self._fire_idle(need - collected, have_data or bool(results))
+            if not self.calls:
+                break
+            ready = self._wait(now)
+            got = manager.collect({r: self.calls[r].actor_id for r in ready}, ready)
+            for ref, result in zip(ready, got.result_or_errors):
+                call = self.calls.pop(ref)
+                if not result.ok:
+                    failed = True
+                    continue
+                value = _unpack(result.get())
+                n = _count(value[0] if self.with_metrics else value, False)
+                self.slowest = max(self.slowest, time.monotonic() - call.sent_at)
+                others = sum(c.asked for c in self.calls.values() if c.counted)
+                fits = call.counted or collected + others + n <= need + num_envs - 1
+                if collected < need and fits:
+                    results.append(value)
+                    collected += n
+                elif not call.counted:  # (the rest of a full first wave goes unlogged)
+                    group._log_dropped([call.actor_id], "answered too late to fit the batch", 1)
+            group._recovery.after_call(got, False)
+            failed |= self._past_deadline(time.monotonic())
+            group._recovery.maintain()
+        self._set_aside()
+        if results:
+            return results
+        if failed or self.fired:
+            return []  # runners failed or were late: the next pass waits for restored ones
+        if have_data:
+            return None
+        return _remote_round(
+            group, self.random_actions, self.with_metrics, self.timeout, have_data, need
+        )
+
+    def _fire_idle(self, room: int, have_data: bool) -> None:
+        """Ask the healthy runners without a call in flight for their share of ``room``."""
+        busy = {c.actor_id for c in self.calls.values()}
+        idle = [i for i in self.group.healthy_env_runner_ids() if i not in busy]
+        if not idle or room <= 0:
+            return
+        base = {"random_actions": self.random_actions, "with_metrics": self.with_metrics}
+        if not have_data and not self.fired:
+            num_envs = int(self.config.num_envs_per_env_runner)
+            asks = [(i, None, self.config.get_rollout_fragment_length(i) * num_envs) for i in idle]
+        else:
+            shares = _top_up_shares(self.config, idle, room) or []
+            asks = [(i, n, n) for i, n in zip(idle, shares) if n > 0]
+        for actor_id, num_timesteps, asked in asks:
+            kwargs = base if num_timesteps is None else {**base, "num_timesteps": num_timesteps}
+            ref = self.manager.fire(actor_id, _sample_on_runner, kwargs)
+            self.calls[ref] = _Call(actor_id, time.monotonic(), asked)
+        self.fired = self.fired or bool(asks)
+
+    def _grace(self) -> float | None:
+        if self.timeout is None or self.timeout <= 0:
+            return None
+        return max(_STRAGGLER_SHARE * self.timeout, _STRAGGLER_FACTOR * self.slowest)
+
+    def _mark_stragglers(self, now: float) -> None:
+        grace = self._grace()
+        if grace is None:
+            return
+        for call in self.calls.values():
+            if call.counted and now - call.sent_at >= grace:
+                call.counted = False
+
+    def _wait(self, now: float) -> list[Any]:
+        """Wait for the first call to finish, or the next straggler, deadline or hung check."""
+        import ray
+
+        wake: list[float] = []
+        grace = self._grace()
+        if grace is not None:
+            for call in self.calls.values():
+                wake.append(call.sent_at + self.timeout)
+                if call.counted:
+                    wake.append(call.sent_at + grace)
+        hung_at = self.manager.next_hung_check_at()
+        if hung_at is not None:
+            wake.append(hung_at)
+        # A wake-up already due still waits a little: no busy loop on a stale one.
+        left = None if not wake else max(0.005, min(wake) - now)
+        refs = list(self.calls)
+        ready, rest = ray.wait(refs, num_returns=1, timeout=left)
+        if ready and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        return ready
+
+    def _past_deadline(self, now: float) -> bool:
+        """Count the calls past their deadline as missed (their runners go out of service)."""
+        if self.timeout is None or self.timeout <= 0:
+            return False
+        late = [(r, c) for r, c in self.calls.items() if now - c.sent_at >= self.timeout]
+        for ref, call in late:
+            del self.calls[ref]
+            self.manager.missed_deadline(call.actor_id, ref, call.sent_at, self.timeout)
+        if late:
+            ids = [c.actor_id for _, c in late]
+            self.group._log_dropped(ids, f"did not answer within {self.timeout}s", len(late))
+        return bool(late)
+
+    def _set_aside(self) -> None:
+        """Leave the stragglers still running to the late-call watch (results dropped)."""
+        if not self.calls:
+            return
+        for ref, call in self.calls.items():
+            self.manager.set_aside(call.actor_id, ref, call.sent_at, float(self.timeout))
+        ids = [c.actor_id for c in self.calls.values()]
+        self.group._log_dropped(ids, "were still busy when the batch was full", len(ids))
+        self.calls.clear()

@@ -680,6 +680,56 @@ class FaultTolerantActorManager:
                 self._kill_hung(actor_id, limit)
         return results
 
+    def next_hung_check_at(self) -> float | None:
+        """When (``time.monotonic()``) the oldest late call turns hung; None without one.
+
+        A waiting caller wakes by then and calls ``check_late_calls``, so a hung
+        actor is killed when its call has run ``max_consecutive_timeouts``
+        deadlines, not at the next call after that.
+        """
+        if not self._late_calls:
+            return None
+        limit = max(1, self.max_consecutive_timeouts or 1)
+        return min(sent_at + limit * timeout for _, sent_at, timeout in self._late_calls.values())
+
+    def set_aside(self, actor_id: int, ref: Any, sent_at: float, timeout: float) -> None:
+        """Leave a call still running, not yet late, to the late-call watch.
+
+        For a caller that stops waiting before the deadline (its batch is full):
+        the actor is out of service until the call returns (its result is
+        dropped; the caller restores the actor) and killed as hung once the call
+        has run ``max_consecutive_timeouts`` deadlines (``check_late_calls``).
+        """
+        state = self._remote_actor_states.get(actor_id)
+        if state is None:
+            return
+        self._late_calls[ref] = (actor_id, sent_at, timeout)
+        if state.is_healthy:
+            logger.warning(
+                "%s %d is still busy with a call the batch was filled without: out of "
+                "service until it returns (killed as hung if it has not after %s deadlines "
+                "of %ss).",
+                self.actor_label,
+                actor_id,
+                self.max_consecutive_timeouts,
+                timeout,
+            )
+            self.set_actor_state(actor_id, healthy=False)
+
+    def fire(self, actor_id: int, func: Any, kwargs: dict) -> Any:
+        """Send one call to an actor now (after its pending coalesced calls); its ref."""
+        self._check_known([actor_id])
+        funcs, kws = normalize_calls(func, kwargs, [actor_id], "actor indices")
+        return self._fire(actor_id, funcs[0], kws[0])
+
+    def collect(self, calls: dict[Any, int], ready: list[Any]) -> RemoteCallResults:
+        """Results of the ``ready`` refs among ``calls`` (ref -> actor id) sent by ``fire``."""
+        return self._collect(ready, {r: (None, calls[r]) for r in ready}, False, False)
+
+    def missed_deadline(self, actor_id: int, ref: Any, sent_at: float, timeout: float) -> None:
+        """Count a call sent by ``fire`` that missed its deadline (see ``foreach_actor``)."""
+        self._missed_deadline(actor_id, ref, sent_at, timeout)
+
     # ------------------------------------------------------------------ sync calls
     def foreach_actor(
         self,
