@@ -23,8 +23,8 @@ episode form: envrunners' numpy'd chunks, RLlib's list-based chunks (as its
   rows without decoding (steps/s counts the steps the rows hold).
 - ``read_2_consumers`` (envrunners only): ``W8B_BIG_STEPS`` = 10M steps read through
   ``OfflineData.sample(num_shards=2)`` by two concurrent consumers; reports steps/s and
-  the peak RSS of the driver and of Ray's processes (raylet, workers; the sum of
-  their RSS, shared object-store pages counted in each) next to the dataset's size
+  the peak RSS of the driver and the peak summed PSS of Ray's processes (raylet,
+  object store, workers; PSS splits shared object-store pages between them) next to the dataset's size
   on disk (streaming keeps RSS bounded by blocks in flight, not by the dataset).
 
 Ray runs locally with 2 CPUs in the same process for both targets.
@@ -192,10 +192,12 @@ def _read_two_consumers(root: str) -> dict:
     proc = psutil.Process()
 
     def workers_rss() -> int:
+        """PSS of Ray's processes: shared (object-store) pages split between them."""
         total = 0
         for child in proc.children(recursive=True):
             try:
-                total += child.memory_info().rss
+                info = child.memory_full_info()
+                total += getattr(info, "pss", info.rss)
             except psutil.Error:
                 pass
         return total
@@ -241,8 +243,8 @@ def _read_two_consumers(root: str) -> dict:
         "file_mb": _dir_mb(path),
         "driver_rss_mb_before": rss_before / 1e6,
         "driver_rss_mb_peak": peak[0] / 1e6,
-        "ray_procs_rss_mb_before": workers_before / 1e6,
-        "ray_procs_rss_mb_peak": peak[1] / 1e6,
+        "ray_procs_pss_mb_before": workers_before / 1e6,
+        "ray_procs_pss_mb_peak": peak[1] / 1e6,
     }
 
 

@@ -8,6 +8,11 @@ batches or, with ``num_shards > 1``, one streaming iterator per consumer
 (``Dataset.streaming_split``). Nothing is materialized unless
 ``materialize_mapped_data``-style calls are made by the user; memory stays bounded.
 
+Read plan: the read is cut into about four tasks per cluster CPU (Ray Data would pack
+up to 128 MiB into one task), and the default, stateless pre-learner runs inside the
+read tasks (fused: same resources, whole blocks), decoding episode rows straight to
+Arrow step columns; the driver only slices batches.
+
 Shards are split as RLlib splits them (``streaming_split(n, equal=True)``): each
 consumer gets the same number of rows and no row twice; Ray may drop rows at the
 end to even the shards out.
