@@ -114,7 +114,8 @@ def test_prelearner_decodes_episode_rows_as_the_episode_path(dataset, tmp_path):
 
 def test_read_is_lazy_and_leaves_ray_settings_alone(ray_session, dataset):
     """Nothing is read before a consumer iterates; the per-read block cap is undone."""
-    from ray.data import DataContext, MaterializedDataset
+    from ray.data import DataContext
+    from ray.data.dataset import MaterializedDataset
 
     ctx = DataContext.get_current()
     before = ctx.target_max_block_size
