@@ -18,10 +18,14 @@ episode form: envrunners' numpy'd chunks, RLlib's list-based chunks (as its
   (``SingleAgentEpisode.from_state(msgpack.unpackb(item, object_hook=mnp.decode))``).
 - ``decode``: the same decoding without Ray (one process, file by file): envrunners
   ``read_parquet_episodes``; RLlib ``pyarrow.parquet.read_table`` + the decode above.
+- ``read_bare_ray_data`` (envrunners only): the floor of any Ray Data read of these
+  files, ``ray.data.read_parquet(path).iter_batches(batch_format="pyarrow")`` of the raw
+  rows without decoding (steps/s counts the steps the rows hold).
 - ``read_2_consumers`` (envrunners only): ``W8B_BIG_STEPS`` = 10M steps read through
   ``OfflineData.sample(num_shards=2)`` by two concurrent consumers; reports steps/s and
-  the driver's peak RSS next to the dataset's size on disk (streaming keeps RSS
-  bounded by blocks in flight, not by the dataset).
+  the peak RSS of the driver and the peak summed PSS of Ray's processes (raylet,
+  object store, workers; PSS splits shared object-store pages between them) next to the dataset's size
+  on disk (streaming keeps RSS bounded by blocks in flight, not by the dataset).
 
 Ray runs locally with 2 CPUs in the same process for both targets.
 """
@@ -155,6 +159,14 @@ def _read_ours(path: str) -> int:
     return sum(len(b["rewards"]) for b in it.iter_batches(batch_size=None, batch_format="numpy"))
 
 
+def _read_bare(path: str) -> int:
+    """Ray Data's own floor: read_parquet().iter_batches() of the raw rows, no decoding."""
+    import ray.data
+
+    ds = ray.data.read_parquet(path)
+    return sum(b.num_rows for b in ds.iter_batches(batch_size=None, batch_format="pyarrow"))
+
+
 def _dir_mb(path: str) -> float:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs) / 1e6
 
@@ -178,14 +190,28 @@ def _read_two_consumers(root: str) -> dict:
             writer.write(base)
     del base
     proc = psutil.Process()
+
+    def workers_rss() -> int:
+        """PSS of Ray's processes: shared (object-store) pages split between them."""
+        total = 0
+        for child in proc.children(recursive=True):
+            try:
+                info = child.memory_full_info()
+                total += getattr(info, "pss", info.rss)
+            except psutil.Error:
+                pass
+        return total
+
     rss_before = proc.memory_info().rss
-    peak = [rss_before]
+    workers_before = workers_rss()
+    peak = [rss_before, workers_before]
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.is_set():
             peak[0] = max(peak[0], proc.memory_info().rss)
-            time.sleep(0.05)
+            peak[1] = max(peak[1], workers_rss())
+            time.sleep(0.2)
 
     shards = OfflineData(_ours_config(path)).sample(1024, num_shards=2)
     counts = [0, 0]
@@ -217,6 +243,8 @@ def _read_two_consumers(root: str) -> dict:
         "file_mb": _dir_mb(path),
         "driver_rss_mb_before": rss_before / 1e6,
         "driver_rss_mb_peak": peak[0] / 1e6,
+        "ray_procs_pss_mb_before": workers_before / 1e6,
+        "ray_procs_pss_mb_peak": peak[1] / 1e6,
     }
 
 
@@ -255,7 +283,14 @@ def run(target: str, repeats: int = 3, total: int = TOTAL_STEPS):
         return steps
 
     try:
-        variants = (("write", write_once), ("decode", decode_once), ("read", read_once))
+        variants = [("write", write_once), ("decode", decode_once), ("read", read_once)]
+        if target == "envrunners":  # the floor: Ray Data's bare read of the same files
+
+            def bare_once() -> int:
+                assert _read_bare(out) == len(episodes)
+                return total
+
+            variants.append(("read_bare_ray_data", bare_once))
         for variant, fn in variants:
             stats = median_rate(fn, repeats=repeats)
             yield {

@@ -81,3 +81,46 @@ def test_offline_data_config_errors(ray_session):
         OfflineData(PPOConfig())
     with pytest.raises(ConfigError, match="input_read_method='nope' is not a ray.data reader"):
         OfflineData(PPOConfig().offline_data(input_=[RLLIB], input_read_method="nope"))
+
+
+def test_prelearner_decodes_episode_rows_as_the_episode_path(dataset, tmp_path):
+    """Episode rows straight to step columns == episodes first, then steps; pickles refused."""
+    import glob
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from envrunners.errors import PickleNotAllowedError
+    from envrunners.offline._msgpack_arrays import packb, unpackb
+    from envrunners.offline._parquet import episodes_from_table, episodes_to_rows_table
+    from envrunners.offline.offline_prelearner import OfflinePreLearner
+
+    files = glob.glob(os.path.join(RLLIB, "episodes", "*.parquet"))
+    files += glob.glob(os.path.join(dataset, "episodes", "**", "*.parquet"), recursive=True)[:2]
+    prelearner = OfflinePreLearner(input_read_episodes=True)
+    for path in files:
+        table = pq.read_table(path)
+        expected = episodes_to_rows_table(episodes_from_table(table))
+        assert prelearner(table).equals(expected), path
+    state = unpackb(pq.read_table(files[0])["item"][0].as_py())
+    evil = pickle.dumps(np.array([{"a": 1}], dtype=object))
+    state["custom_data"] = {"x": {b"nd": True, b"type": "|O", b"kind": b"", b"shape": [1],
+                                  b"data": evil}}  # fmt: skip
+    table = pa.table({"item": pa.array([packb(state)], pa.binary())})
+    with pytest.raises(PickleNotAllowedError, match="object-dtype array stored as a pickle"):
+        prelearner(table)
+
+
+def test_read_is_lazy_and_leaves_ray_settings_alone(ray_session, dataset):
+    """Nothing is read before a consumer iterates; the per-read block cap is undone."""
+    from ray.data import DataContext
+    from ray.data.dataset import MaterializedDataset
+
+    ctx = DataContext.get_current()
+    before = ctx.target_max_block_size
+    data = OfflineData(_config(os.path.join(dataset, "episodes"), True))
+    shards = data.sample(16, num_shards=2)
+    assert len(shards) == 2 and not isinstance(data.data, MaterializedDataset)
+    assert ctx.target_max_block_size == before
+    assert "RAY_DATA_PARQUET_BIN_PACKING_BYTES" not in os.environ

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ __all__ = [
     "episodes_from_table",
     "episodes_to_rows_table",
     "episodes_to_table",
+    "rows_table_from_episode_table",
 ]
 
 METADATA_KEY = b"envrunners"
@@ -149,6 +151,41 @@ def _stack(parts: list[Any]) -> np.ndarray:
     return np.concatenate([np.asarray(p) for p in parts]) if parts else np.zeros(0)
 
 
+def _episode_steps(ep: Any) -> tuple | None:
+    """``(id, observations incl. the last, actions, rewards, extras, terminated, truncated)``."""
+    n = len(ep)
+    if n == 0:
+        return None
+    extras = {str(k): buf.get() for k, buf in ep.extra_model_outputs.items()}
+    return (ep.id_, ep.observations.get(slice(0, n + 1)), ep.actions.get(), ep.rewards.get(),
+            extras, bool(ep.is_terminated), bool(ep.is_truncated))  # fmt: skip
+
+
+def _state_steps(state: dict[str, Any]) -> tuple | None:
+    """:func:`_episode_steps` straight from an RLlib episode state (no episode object).
+
+    Only for flat array buffers with one lookback (what both libraries' env runners
+    write); returns None for anything else (nested observations, ragged buffers), which
+    then goes through ``episode_from_rllib_state``.
+    """
+    from envrunners.offline._rllib_episode_state import _stacked
+
+    extra_states = state.get("extra_model_outputs") or {}
+    bufs = [state["observations"], state["actions"], state["rewards"], *extra_states.values()]
+    lookback = state["infos"]["lookback"]
+    if any(b["lookback"] != lookback for b in bufs):
+        return None
+    arrays = [_stacked(b["data"]) for b in bufs]
+    if any(a is None for a in arrays):
+        return None
+    obs, actions, rewards, *extras = (a[lookback:] for a in arrays)
+    n = len(actions)
+    if n == 0 or len(obs) != n + 1 or len(rewards) != n or any(len(e) != n for e in extras):
+        return None
+    return (state["id_"], obs, actions, rewards, dict(zip(extra_states, extras, strict=True)),
+            bool(state["is_terminated"]), bool(state["is_truncated"]))  # fmt: skip
+
+
 def episodes_to_rows_table(episodes: list[Any]) -> Any:
     """One row per timestep in the columns of RLlib's ``OfflineSingleAgentEnvRunner``.
 
@@ -157,34 +194,40 @@ def episodes_to_rows_table(episodes: list[Any]) -> Any:
     observations are flattened with dots). Never compressed: RLlib reads
     uncompressed columns whatever its ``input_compress_columns``.
     """
+    return _steps_to_rows_table([s for s in map(_episode_steps, episodes) if s is not None])
+
+
+def _steps_to_rows_table(steps: list[tuple]) -> Any:
     import pyarrow as pa
 
     obs, new_obs, cols = [], [], {}
-    eps_ids, terms, truncs = [], [], []
-    for ep in episodes:
-        n = len(ep)
-        if n == 0:
-            continue
-        o = ep.observations.get(slice(0, n + 1))
+    eps_ids, lengths, terms, truncs = [], [], [], []
+    for id_, o, actions, rewards, extras, terminated, truncated in steps:
+        n = len(actions)
         obs.append(o[:-1] if not isinstance(o, dict | tuple) else _tree_slice(o, 0, n))
         new_obs.append(o[1:] if not isinstance(o, dict | tuple) else _tree_slice(o, 1, n + 1))
-        cols.setdefault("actions", []).append(ep.actions.get())
-        cols.setdefault("rewards", []).append(ep.rewards.get())
-        for key, buf in ep.extra_model_outputs.items():
-            cols.setdefault(str(key), []).append(buf.get())
-        eps_ids.append(np.full(n, ep.id_, dtype=object))
-        flags = np.zeros((2, n), dtype=bool)
-        flags[:, -1] = (ep.is_terminated, ep.is_truncated)
-        terms.append(flags[0])
-        truncs.append(flags[1])
+        cols.setdefault("actions", []).append(actions)
+        cols.setdefault("rewards", []).append(rewards)
+        for key, value in extras.items():
+            cols.setdefault(key, []).append(value)
+        eps_ids.append(id_)
+        lengths.append(n)
+        terms.append(terminated)
+        truncs.append(truncated)
     flat: dict[str, Any] = {}
     for name, parts in (("obs", obs), ("new_obs", new_obs)):
         _flatten(name, _tree_concat(parts), flat)
     for name, parts in cols.items():
         _flatten(name, _tree_concat(parts), flat)
-    n_rows = sum(len(t) for t in terms)
+    lengths_arr = np.asarray(lengths, dtype=np.int64)
+    n_rows = int(lengths_arr.sum())
+    last = np.cumsum(lengths_arr) - 1
+    done = np.zeros((2, n_rows), dtype=bool)
+    done[0, last] = terms
+    done[1, last] = truncs
+    ids = pa.array(eps_ids, type=pa.string())
     columns: dict[str, tuple[Any, Any]] = {
-        "eps_id": (pa.array(_stack(eps_ids), type=pa.string()), None),
+        "eps_id": (ids.take(pa.array(np.repeat(np.arange(len(steps)), lengths_arr))), None),
         "agent_id": (pa.nulls(n_rows), None),
         "module_id": (pa.nulls(n_rows), None),
     }
@@ -193,8 +236,8 @@ def episodes_to_rows_table(episodes: list[Any]) -> Any:
     names.sort(key=lambda k: order.index(k.split(".")[0]))
     for name in names:
         columns[name] = tensor_column(np.asarray(flat[name]))
-    columns["terminateds"] = (pa.array(_stack(terms)), None)
-    columns["truncateds"] = (pa.array(_stack(truncs)), None)
+    columns["terminateds"] = (pa.array(done[0]), None)
+    columns["truncateds"] = (pa.array(done[1]), None)
     for name, value in flat.items():
         if name not in columns:
             columns[name] = tensor_column(np.asarray(value))
@@ -363,22 +406,12 @@ def columns_from_table(
     return out
 
 
-def episodes_from_table(
-    table: Any, path: str | None = None, *, allow_pickle: bool = False
-) -> list[Any]:
-    """Decode RLlib's one-episode-per-row table (column ``item``) into numpy'd episodes.
-
-    Raises:
-        OfflineSchemaError: if ``item`` is missing or not binary.
-        OfflineDataError: for a row that is not an msgpack episode state (names the row).
-        PickleNotAllowedError: for a pickled array inside an episode, without ``allow_pickle``.
-    """
+def _episode_states(table: Any, path: str | None, allow_pickle: bool) -> Iterator[tuple]:
+    """``(where, state)`` for each row of an episode table (msgpack decoded, checked)."""
     from envrunners.errors import OfflineDataError, OfflineSchemaError
     from envrunners.offline._msgpack_arrays import unpackb
-    from envrunners.offline._rllib_episode_state import episode_from_rllib_state
 
     check_episode_schema(table.schema, path)
-    episodes = []
     for i, raw in enumerate(table.column(EPISODE_COLUMN).to_pylist()):
         where = f"{path or 'table'} row {i}"
         if raw is None:
@@ -393,8 +426,49 @@ def episodes_from_table(
             ) from None
         if not isinstance(state, dict):
             raise OfflineDataError(f"row {i} of column 'item' is not an episode state", path=path)
-        episodes.append(episode_from_rllib_state(state, where))
-    return episodes
+        yield where, state
+
+
+def episodes_from_table(
+    table: Any, path: str | None = None, *, allow_pickle: bool = False
+) -> list[Any]:
+    """Decode RLlib's one-episode-per-row table (column ``item``) into numpy'd episodes.
+
+    Raises:
+        OfflineSchemaError: if ``item`` is missing or not binary.
+        OfflineDataError: for a row that is not an msgpack episode state (names the row).
+        PickleNotAllowedError: for a pickled array inside an episode, without ``allow_pickle``.
+    """
+    from envrunners.offline._rllib_episode_state import episode_from_rllib_state
+
+    return [
+        episode_from_rllib_state(state, where)
+        for where, state in _episode_states(table, path, allow_pickle)
+    ]
+
+
+def rows_table_from_episode_table(
+    table: Any, path: str | None = None, *, allow_pickle: bool = False
+) -> Any:
+    """``episodes_to_rows_table(episodes_from_table(table))`` without building episodes.
+
+    Flat array episodes are sliced straight out of their decoded states (one
+    concatenation per column for the whole table); others are rebuilt as episodes.
+    Same errors as :func:`episodes_from_table`.
+    """
+    from envrunners.offline._rllib_episode_state import episode_from_rllib_state
+
+    steps = []
+    for where, state in _episode_states(table, path, allow_pickle):
+        try:
+            step = _state_steps(state)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            step = None
+        if step is None:
+            step = _episode_steps(episode_from_rllib_state(state, where))
+        if step is not None:
+            steps.append(step)
+    return _steps_to_rows_table(steps)
 
 
 def check_episode_schema(schema: Any, path: str | None) -> None:

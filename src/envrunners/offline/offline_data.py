@@ -8,6 +8,11 @@ batches or, with ``num_shards > 1``, one streaming iterator per consumer
 (``Dataset.streaming_split``). Nothing is materialized unless
 ``materialize_mapped_data``-style calls are made by the user; memory stays bounded.
 
+Read plan: the read is cut into about four tasks per cluster CPU (Ray Data would pack
+up to 128 MiB into one task), and the default, stateless pre-learner runs inside the
+read tasks (fused: same resources, whole blocks), decoding episode rows straight to
+Arrow step columns; the driver only slices batches.
+
 Shards are split as RLlib splits them (``streaming_split(n, equal=True)``): each
 consumer gets the same number of rows and no row twice; Ray may drop rows at the
 end to even the shards out.
@@ -32,6 +37,45 @@ __all__ = ["OfflineData"]
 def _apply(batch: Any, prelearner: OfflinePreLearner) -> Any:
     """Ray Data task: run the (stateless) pre-learner on one block."""
     return prelearner(batch)
+
+
+def _read_parquet_in_blocks(reader: Any, path: Any, kwargs: dict[str, Any]) -> Any:
+    """``ray.data.read_parquet`` with read tasks small enough for every CPU to get some.
+
+    Ray Data packs files into read tasks of up to 128 MiB uncompressed (the
+    ``RAY_DATA_PARQUET_BIN_PACKING_BYTES`` it reads when the read is planned; it
+    ignores ``override_num_blocks``): a dataset of a few hundred MB would be one or
+    two tasks, decoded by one or two CPUs, and split unevenly between consumers. For
+    this read only, the bins and the blocks are capped at the data's size (from the
+    Parquet footers) over ``override_num_blocks`` (default: four per cluster CPU),
+    unless the user set that variable.
+    """
+    import pyarrow.parquet as pq
+    import ray
+    from ray.data import DataContext
+
+    from envrunners.offline.parquet_reader import parquet_files
+
+    num_blocks = kwargs.get("override_num_blocks") or 4 * max(
+        1, int(ray.cluster_resources().get("CPU", 1))
+    )
+    metas = [pq.read_metadata(f) for f in parquet_files(path)]
+    nbytes = sum(m.row_group(i).total_byte_size for m in metas for i in range(m.num_row_groups))
+    ctx = DataContext.get_current()
+    old_block = ctx.target_max_block_size
+    cap = max(ctx.target_min_block_size or 1, nbytes // max(1, num_blocks) + 1)
+    cap = min(old_block, cap) if old_block else cap
+    env = "RAY_DATA_PARQUET_BIN_PACKING_BYTES"
+    old_env = os.environ.get(env)
+    ctx.target_max_block_size = cap
+    if old_env is None:
+        os.environ[env] = str(cap)
+    try:
+        return reader(path, **kwargs)
+    finally:
+        ctx.target_max_block_size = old_block
+        if old_env is None:
+            os.environ.pop(env, None)
 
 
 class OfflineData:
@@ -70,21 +114,16 @@ class OfflineData:
                 "(use 'read_parquet')"
             )
         self.data_read_method_kwargs = dict(getattr(config, "input_read_method_kwargs", {}) or {})
-        if self.data_read_method == "read_parquet":
-            # One block per file (up to 256): Ray Data would pack a small dataset into a
-            # single block, which only one pre-learner task and one consumer could use.
-            from envrunners.offline.parquet_reader import parquet_files
-
-            n_files = len(parquet_files(self.path))
-            self.data_read_method_kwargs.setdefault("override_num_blocks", min(n_files, 256))
         self.data_read_batch_size = getattr(config, "input_read_batch_size", None)
-        self.data = reader(self.path, **self.data_read_method_kwargs)
+        if self.data_read_method == "read_parquet":
+            self.data = _read_parquet_in_blocks(reader, self.path, self.data_read_method_kwargs)
+        else:
+            self.data = reader(self.path, **self.data_read_method_kwargs)
         self.data_is_mapped = False
         self.batch_iterators: Any = None
         self.prelearner_class = OfflinePreLearner
-        self.map_batches_kwargs = self.default_map_batches_kwargs | dict(
-            getattr(config, "map_batches_kwargs", {}) or {}
-        )
+        self.user_map_batches_kwargs = dict(getattr(config, "map_batches_kwargs", {}) or {})
+        self.map_batches_kwargs = self.default_map_batches_kwargs | self.user_map_batches_kwargs
         self.iter_batches_kwargs = self.default_iter_batches_kwargs | dict(
             getattr(config, "iter_batches_kwargs", {}) or {}
         )
@@ -111,7 +150,13 @@ class OfflineData:
         kwargs = dict(self.map_batches_kwargs)
         if self.prelearner_class is OfflinePreLearner:
             # Stateless: map with tasks (no actor start-up), each carrying its small
-            # pre-learner (flags only, not the config).
+            # pre-learner (flags only, not the config). Without RLlib's actor defaults
+            # (only what the user set) the tasks ask for what the read tasks ask for,
+            # so Ray fuses them: each read task decodes its own block, no raw bytes
+            # pass through the object store. Whole blocks at a time (unless
+            # input_read_batch_size is set): a row count would stop the fusion, and
+            # the batches consumers get are cut by iter_batches anyway.
+            kwargs = dict(self.user_map_batches_kwargs)
             kwargs.pop("zero_copy_batch", None)
             prelearner = OfflinePreLearner(
                 input_read_episodes=bool(getattr(self.config, "input_read_episodes", False)),
@@ -120,8 +165,7 @@ class OfflineData:
             )  # fmt: skip
             self.data = self.data.map_batches(
                 _apply, fn_kwargs={"prelearner": prelearner},
-                batch_size=self.data_read_batch_size or num_samples, batch_format="pyarrow",
-                **kwargs,
+                batch_size=self.data_read_batch_size, batch_format="pyarrow", **kwargs,
             )  # fmt: skip
         else:  # a user's pre-learner class may hold state: one per actor, as in RLlib
             self.data = self.data.map_batches(

@@ -25,6 +25,7 @@ from envrunners.offline._parquet import (
     episodes_from_columns,
     episodes_from_table,
     episodes_to_rows_table,
+    rows_table_from_episode_table,
 )
 
 __all__ = ["OfflinePreLearner"]
@@ -101,5 +102,13 @@ class OfflinePreLearner:
         return episodes_from_columns(cols, "ray.data batch")
 
     def __call__(self, batch: Any) -> Any:
-        """Return the steps of ``batch`` as a ``pyarrow.Table`` in RLlib's row layout."""
+        """Return the steps of ``batch`` as a ``pyarrow.Table`` in RLlib's row layout.
+
+        Episode rows are decoded straight to step columns (no episode objects).
+        """
+        if self.input_read_episodes:
+            table = _as_table(batch)
+            return rows_table_from_episode_table(
+                table, "ray.data batch", allow_pickle=self.allow_pickle
+            )
         return episodes_to_rows_table(self.map_to_episodes(batch))
