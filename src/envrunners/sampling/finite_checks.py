@@ -1,11 +1,13 @@
 """Detection of non-finite (NaN, +-inf) observations, rewards and module outputs.
 
 A sampling loop checks every step's whole observation and reward batch at once:
-``np.vdot(x, x)`` of each float leaf is finite exactly when every element is
-(NaN and inf propagate through the sum of squares), unless the squares overflow,
-which only the rare slow path that names the bad sub-env tells apart. Integer
-leaves (pixels, discrete observations) cannot hold a NaN and are skipped without
-any work. A module's distribution inputs (logits, means) are checked the same
+a sum (of the elements, or of their squares with ``vdot``) is finite exactly when
+every element is (NaN and inf propagate), unless it overflows, which only the rare
+slow path that names the bad sub-env tells apart. The test is planned once per
+space and vector size: small batches sum Python floats (``tolist``), which costs
+a fraction of a numpy call; large ones use ``vdot`` without numpy's dispatch layer.
+Integer leaves (pixels, discrete observations) cannot hold a NaN and are skipped
+at plan time. A module's distribution inputs (logits, means) are checked the same
 way before its actions go anywhere.
 """
 
@@ -30,8 +32,16 @@ __all__ = [
     "non_finite_rows",
 ]
 
-_vdot = np.vdot
 _isfinite = math.isfinite
+#: ``np.vdot`` minus the ``__array_function__`` dispatch (a third of its cost on
+#: small arrays); the public function where a numpy version lacks the attribute.
+_vdot = getattr(np.vdot, "_implementation", np.vdot)
+_ravel = np.ndarray.ravel
+_tolist = np.ndarray.tolist
+_sum = sum
+#: Up to this many elements per step (observations and rewards), summing them as
+#: Python floats is faster than two ``vdot`` calls.
+SMALL_BATCH = 48
 
 
 def float_leaf_getters(space: gym.Space | None) -> list[tuple[str, Callable[[Any], Any]]]:
@@ -90,24 +100,78 @@ class ObsRewardCheck:
         observation_space: The single (per sub-env) observation space of the env.
     """
 
-    def __init__(self, observation_space: gym.Space | None):
+    def __init__(self, observation_space: gym.Space | None, num_envs: int | None = None):
         self.obs_leaves = float_leaf_getters(observation_space)
         self._getters = tuple(get for _, get in self.obs_leaves)
-        #: The observation batch is one float array: ``finite(obs, rewards)`` is one
-        #: expression a loop can inline (two ``vdot`` calls, one ``isfinite``).
+        #: The observation batch is one float array.
         self.single_array = (
             isinstance(observation_space, gym.spaces.Box) and len(self.obs_leaves) == 1
         )
+        #: ``ok(obs, rewards)``: True when every float observation leaf and every
+        #: reward is finite (False may be an overflow of large finite values: ``find``
+        #: decides). Planned once for the space and ``num_envs`` sub-envs.
+        self.ok: Callable[[Any, Any], bool] = self._plan(observation_space, num_envs)
+        self._space = observation_space
+        self._plans = {num_envs: self.ok}
 
-    def ok(self, obs: Any, rewards: Any) -> bool:
-        """True when every float observation leaf and every reward is finite."""
-        if not _isfinite(_vdot(rewards, rewards)):
-            return _all_finite(rewards) and self._obs_ok(obs)
-        for get in self._getters:
-            leaf = get(obs)
-            if not _isfinite(_vdot(leaf, leaf)):
-                return self._obs_ok(obs)
-        return True
+    def ok_for(self, num_envs: int) -> Callable[[Any, Any], bool]:
+        """``ok`` planned for batches of ``num_envs`` sub-envs (made once, then cached)."""
+        plan = self._plans.get(num_envs)
+        if plan is None:
+            plan = self._plans[num_envs] = self._plan(self._space, num_envs)
+        return plan
+
+    def _plan(self, space: gym.Space | None, num_envs: int | None) -> Callable[[Any, Any], bool]:
+        generic = self.generic_ok
+        if not (self.single_array or not self.obs_leaves):
+            return generic
+        size = None
+        if num_envs is not None:
+            per_env = int(np.prod(space.shape)) if self.single_array else 0
+            size = num_envs * (per_env + 1)
+        small = size is not None and size <= SMALL_BATCH
+        isfinite, vdot, ravel, tolist, fsum = _isfinite, _vdot, _ravel, _tolist, _sum
+        # Each test falls back to ``generic_ok`` for data that is not an ndarray.
+        if not self.obs_leaves:  # integer observations: the rewards alone
+            if small:
+
+                def ok(obs: Any, rewards: Any) -> bool:
+                    try:
+                        return isfinite(fsum(tolist(rewards)))
+                    except (TypeError, ValueError):
+                        return generic(obs, rewards)
+
+            else:
+
+                def ok(obs: Any, rewards: Any) -> bool:
+                    try:
+                        return isfinite(vdot(rewards, rewards))
+                    except (TypeError, ValueError):
+                        return generic(obs, rewards)
+
+        elif small:
+
+            def ok(obs: Any, rewards: Any) -> bool:
+                try:
+                    return isfinite(fsum(tolist(ravel(obs)), fsum(tolist(rewards))))
+                except (TypeError, ValueError):
+                    return generic(obs, rewards)
+
+        else:
+
+            def ok(obs: Any, rewards: Any) -> bool:
+                try:
+                    return isfinite(vdot(obs, obs) + vdot(rewards, rewards))
+                except (TypeError, ValueError):
+                    return generic(obs, rewards)
+
+        return ok
+
+    def generic_ok(self, obs: Any, rewards: Any) -> bool:
+        """``ok`` for any data: every float leaf, then the exact test where one fails."""
+        if not _all_finite(rewards):
+            return False
+        return self._obs_ok(obs)
 
     def _obs_ok(self, obs: Any) -> bool:
         return all(_all_finite(get(obs)) for get in self._getters)
@@ -146,8 +210,10 @@ def check_module_outputs(module_id: Any, out: dict) -> None:
 
 
 def all_finite_fast(x: Any) -> bool:
-    """One ``vdot``: True when ``x`` is all finite (False may be a squares overflow)."""
+    """One sum: True when ``x`` is all finite (False may be an overflow)."""
     try:
+        if type(x) is np.ndarray and x.size <= SMALL_BATCH:
+            return _isfinite(_sum(_tolist(_ravel(x))))
         return _isfinite(_vdot(x, x))
     except (TypeError, ValueError):
         return False
