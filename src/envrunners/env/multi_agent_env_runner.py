@@ -221,13 +221,26 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         check_module_outputs(module_id, out)
         return out
 
-    def _on_non_finite(self, errors: list[NonFiniteEnvDataError]) -> bool:
-        """Non-finite observations or rewards: raise, or (``restart_failed_sub_environments``)
-        recreate the vector env, as for a failed step; the sampler then starts afresh."""
+    def _on_non_finite(self, errors: list[NonFiniteEnvDataError], results: tuple) -> Any:
+        """Non-finite observations or rewards (one error per bad sub-env).
+
+        Without ``restart_failed_sub_environments`` the first error is raised. With it,
+        each bad sub-env is recreated as if its step had raised: the returned results
+        hold its reset step in place of the rejected one. A vector env that cannot
+        recreate one sub-env is recreated whole (returns None).
+        """
         if not self.config.restart_failed_sub_environments:
             raise errors[0]
-        self._recreate_env_after(errors[0])
-        return True
+        restart = getattr(self.env, "restart_sub_env", None)
+        if restart is None:
+            self._recreate_env_after(errors[0])
+            return None
+        columns = [list(column) for column in results]
+        for err in errors:
+            i = err.sub_env_index
+            for column, value in zip(columns, restart(i, err)):
+                column[i] = value
+        return tuple(columns)
 
     # -- sampling ------------------------------------------------------------------
     def sample(

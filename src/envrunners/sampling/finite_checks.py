@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 import gymnasium as gym
@@ -24,6 +25,7 @@ from envrunners.core.columns import Columns
 from envrunners.errors import NonFiniteEnvDataError, NonFiniteModuleOutputError
 
 __all__ = [
+    "AgentObsRewardCheck",
     "ObsRewardCheck",
     "all_finite_fast",
     "check_module_outputs",
@@ -186,6 +188,60 @@ class ObsRewardCheck:
             for i in non_finite_rows(leaf).tolist():
                 found.setdefault(i, (i, name, np.asarray(leaf)[i]))
         return [found[i] for i in sorted(found)]
+
+
+class AgentObsRewardCheck:
+    """The per-step check of a multi-agent vector env's per-sub-env obs and reward dicts.
+
+    Every agent's observation (also the final one of an agent whose episode ends)
+    and reward is checked. When every agent's space is a ``Box``, ``ok`` is one sum
+    over all of them, run by ``map`` without a Python loop per agent.
+
+    Args:
+        observation_spaces: Per agent id, its observation space.
+    """
+
+    def __init__(self, observation_spaces: dict):
+        self.observation_spaces = observation_spaces
+        self._leaves = {aid: float_leaf_getters(sp) for aid, sp in observation_spaces.items()}
+        self._flat = all(isinstance(sp, gym.spaces.Box) for sp in observation_spaces.values())
+
+    def ok(self, obs_l: list[dict], rew_l: list[dict]) -> bool:
+        """True when every agent's float observation leaves and reward are finite."""
+        if self._flat:
+            try:
+                values, fsum = dict.values, _sum
+                obs = map(_tolist, map(_ravel, chain.from_iterable(map(values, obs_l))))
+                return _isfinite(fsum(map(fsum, map(values, rew_l)), fsum(map(fsum, obs))))
+            except (TypeError, ValueError):  # not arrays: the exact test decides
+                pass
+        return not self.find(obs_l, rew_l)
+
+    def _obs_leaves(self, aid: Any) -> list[tuple[str, Callable[[Any], Any]]]:
+        leaves = self._leaves.get(aid)
+        if leaves is None:
+            leaves = self._leaves[aid] = float_leaf_getters(self.observation_spaces.get(aid))
+        return leaves
+
+    def find(self, obs_l: list[dict], rew_l: list[dict]) -> list[tuple[int, str, Any]]:
+        """``(sub-env index, column, value)`` of the first bad value of each bad sub-env."""
+        found = []
+        for i, (obs_i, rew_i) in enumerate(zip(obs_l, rew_l)):
+            bad = next(
+                ((f"rewards[{a!r}]", r) for a, r in rew_i.items() if not _all_finite(r)), None
+            )
+            if bad is None:
+                for aid, o in obs_i.items():
+                    for name, get in self._obs_leaves(aid):
+                        leaf = get(o)
+                        if not _all_finite(leaf):
+                            bad = (f"{name}[{aid!r}]", leaf)
+                            break
+                    if bad is not None:
+                        break
+            if bad is not None:
+                found.append((i, *bad))
+        return found
 
 
 def check_module_outputs(module_id: Any, out: dict) -> None:
