@@ -391,3 +391,53 @@ def test_remote_runners_report_and_recover_from_poisoned_data(ray_session):
             assert metrics["num_env_step_failures"] == 1
     finally:
         group.stop()
+
+
+# -- the old stack (RolloutWorker / SyncSampler) ---------------------------------------
+def _old_worker(what, *, multi_agent=False, restart=False, only_index=1):
+    from tests.envs.old_stack import MockPolicy
+
+    from envrunners.evaluation.rollout_worker import RolloutWorker
+
+    env_config = {"at": 4, "what": what, "only_index": only_index, "limit": 1}
+    cfg = (
+        AlgorithmConfig()
+        .environment(env_config=env_config)
+        .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=50)
+        .fault_tolerance(restart_failed_sub_environments=restart)
+    )
+    if multi_agent:
+        make, env_config = make_multi_agent(Poisoned), {**env_config, "num_agents": 2}
+        cfg = cfg.environment(env_config=env_config).multi_agent(
+            policies={"p0"}, policy_mapping_fn=lambda aid, ep, **kw: "p0"
+        )
+        return RolloutWorker(env_creator=make, config=cfg, default_policy_class=MockPolicy)
+    return RolloutWorker(env_creator=Poisoned, config=cfg, default_policy_class=MockPolicy)
+
+
+@pytest.mark.parametrize("multi_agent", [False, True])
+@pytest.mark.parametrize(("what", "column"), [("obs", "obs"), ("reward", "rewards")])
+def test_rollout_worker_checks_every_step(what, column, multi_agent):
+    worker = _old_worker(what, multi_agent=multi_agent)
+    try:
+        with pytest.raises(NonFiniteEnvDataError, match="sub-environment 1 .* at step 4") as info:
+            worker.sample()
+        err = info.value
+        assert (err.sub_env_index, err.step) == (1, 4) and err.column.startswith(column)
+    finally:
+        worker.stop()
+
+
+@pytest.mark.parametrize("multi_agent", [False, True])
+def test_rollout_worker_recreates_the_bad_sub_env(multi_agent):
+    worker = _old_worker("obs", multi_agent=multi_agent, restart=True)
+    try:
+        envs = list(worker.async_env.envs)
+        batch = worker.sample()
+        assert Poisoned.count == 1
+        batches = batch.policy_batches.values() if multi_agent else [batch]
+        for b in batches:
+            assert np.isfinite(b["obs"]).all() and np.isfinite(b["rewards"]).all()
+        assert worker.async_env.envs[0] is envs[0] and worker.async_env.envs[1] is not envs[1]
+    finally:
+        worker.stop()

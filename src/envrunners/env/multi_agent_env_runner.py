@@ -23,7 +23,7 @@ from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError, NonFiniteEnvDataError
-from envrunners.sampling.finite_checks import check_module_outputs
+from envrunners.sampling.finite_checks import check_module_outputs, restart_bad_agent_sub_envs
 from envrunners.sampling.multi_agent import MultiAgentSampler, MultiAgentSampleResult
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats
 from envrunners.utils import metrics as M
@@ -235,12 +235,7 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         if restart is None:
             self._recreate_env_after(errors[0])
             return None
-        columns = [list(column) for column in results]
-        for err in errors:
-            i = err.sub_env_index
-            for column, value in zip(columns, restart(i, err)):
-                column[i] = value
-        return tuple(columns)
+        return restart_bad_agent_sub_envs(restart, errors, results)
 
     # -- sampling ------------------------------------------------------------------
     def sample(

@@ -32,6 +32,8 @@ __all__ = [
     "episode_step_error",
     "float_leaf_getters",
     "non_finite_rows",
+    "restart_bad_agent_sub_envs",
+    "restart_bad_sub_envs",
 ]
 
 _isfinite = math.isfinite
@@ -288,3 +290,55 @@ def episode_step_error(
         step=step,
         column=column,
     )
+
+
+def restart_bad_sub_envs(
+    restart: Callable[[int, BaseException], tuple[Any, dict]],
+    errors: list[NonFiniteEnvDataError],
+    results: tuple,
+) -> tuple:
+    """Recreate each bad sub-env of a vector env step; its reset replaces its row.
+
+    ``restart(index, error)`` (a vector env's ``restart_sub_env``) recreates and
+    resets the sub-env as if its step had raised ``error`` and returns ``(obs, info)``;
+    its row of ``results`` (batched ``obs, rewards, terms, truncs, infos``) becomes
+    that observation with no reward and no flags.
+    """
+    obs, rewards, terms, truncs, infos = results
+    for err in errors:
+        i = err.sub_env_index
+        new_obs, info = restart(i, err)
+        _set_row(obs, i, new_obs)
+        rewards[i] = 0.0
+        terms[i] = truncs[i] = False
+        infos[i] = info
+    return obs, rewards, terms, truncs, infos
+
+
+def restart_bad_agent_sub_envs(
+    restart: Callable[[int, BaseException], tuple],
+    errors: list[NonFiniteEnvDataError],
+    results: tuple,
+) -> tuple:
+    """``restart_bad_sub_envs`` for a multi-agent vector env (per-sub-env dict results).
+
+    ``restart(index, error)`` returns the new sub-env's reset as a step result.
+    """
+    columns = [list(column) for column in results]
+    for err in errors:
+        i = err.sub_env_index
+        for column, value in zip(columns, restart(i, err), strict=True):
+            column[i] = value
+    return tuple(columns)
+
+
+def _set_row(batch: Any, index: int, value: Any) -> None:
+    """``batch[index] = value`` for an array or a dict/tuple tree of arrays."""
+    if isinstance(batch, dict):
+        for key, sub in batch.items():
+            _set_row(sub, index, value[key])
+    elif isinstance(batch, tuple):
+        for sub, item in zip(batch, value, strict=True):
+            _set_row(sub, index, item)
+    else:
+        batch[index] = value
