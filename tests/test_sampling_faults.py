@@ -264,6 +264,25 @@ def test_dict_observations_check_each_float_leaf():
         r.stop()
 
 
+@pytest.mark.parametrize("num_envs", [1, 16, 128])
+@pytest.mark.parametrize("int_obs", [False, True])
+def test_planned_checks_find_every_bad_value(num_envs, int_obs):
+    space = gym.spaces.Box(0, 9, (4,), np.int64 if int_obs else np.float32)
+    ok = ObsRewardCheck(space).ok_for(num_envs)
+    obs, rewards = np.ones((num_envs, 4), space.dtype), np.ones(num_envs)
+    assert ok(obs, rewards) and ok(obs.tolist(), rewards.tolist())  # lists: the exact test
+    for bad in (np.nan, np.inf, -np.inf):
+        r = rewards.copy()
+        r[-1] = bad
+        assert not ok(obs, r)
+        if not int_obs:
+            o = obs.copy()
+            o[-1, 2] = bad
+            assert not ok(o, rewards) and not ok(o.tolist(), rewards)
+    big = np.full((num_envs, 4), 1e300)  # squares overflow: a false alarm that find() clears
+    assert ObsRewardCheck(None).find(big, rewards) == []
+
+
 def test_non_finite_module_outputs_are_raised_before_acting():
     r = SingleAgentEnvRunner(config=config("obs", limit=0, num_envs=2))
     try:

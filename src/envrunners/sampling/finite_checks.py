@@ -45,7 +45,7 @@ _tolist = np.ndarray.tolist
 _sum = sum
 #: Up to this many elements per step (observations and rewards), summing them as
 #: Python floats is faster than two ``vdot`` calls.
-SMALL_BATCH = 48
+SMALL_BATCH = 24
 
 
 def float_leaf_getters(space: gym.Space | None) -> list[tuple[str, Callable[[Any], Any]]]:
@@ -206,14 +206,18 @@ class AgentObsRewardCheck:
     def __init__(self, observation_spaces: dict):
         self.observation_spaces = observation_spaces
         self._leaves = {aid: float_leaf_getters(sp) for aid, sp in observation_spaces.items()}
-        self._flat = all(isinstance(sp, gym.spaces.Box) for sp in observation_spaces.values())
+        boxes = all(isinstance(sp, gym.spaces.Box) for sp in observation_spaces.values())
+        self._flat = boxes
+        #: Every observation is 1-D: ``tolist`` gives flat lists without a ``ravel``.
+        self._one_dim = boxes and all(len(sp.shape) == 1 for sp in observation_spaces.values())
 
     def ok(self, obs_l: list[dict], rew_l: list[dict]) -> bool:
         """True when every agent's float observation leaves and reward are finite."""
         if self._flat:
             try:
                 values, fsum = dict.values, _sum
-                obs = map(_tolist, map(_ravel, chain.from_iterable(map(values, obs_l))))
+                obs = chain.from_iterable(map(values, obs_l))
+                obs = map(_tolist, obs if self._one_dim else map(_ravel, obs))
                 return _isfinite(fsum(map(fsum, map(values, rew_l)), fsum(map(fsum, obs))))
             except (TypeError, ValueError):  # not arrays: the exact test decides
                 pass
