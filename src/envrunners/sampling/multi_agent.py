@@ -128,7 +128,7 @@ class MultiAgentSampler:
         #: Per stateful module id acting next step, the slots of its batch's rows.
         self._state_slots: dict[Any, np.ndarray] = {}
         self.started = False
-        #: Check every step's rewards and module-bound observations for NaN/inf.
+        #: Check every step's raw observations (final ones too) and rewards for NaN/inf.
         self.check_finite = False
         #: ``on_non_finite(errors, results)``: raises, or returns the step's results
         #: with each bad sub-env's reset in its place, or None after recreating the
@@ -379,7 +379,9 @@ class MultiAgentSampler:
             check = self._finite = AgentObsRewardCheck(self.observation_spaces)
         return check
 
-    def _non_finite(self, check: AgentObsRewardCheck, results: tuple, res: MultiAgentSampleResult):
+    def _non_finite(
+        self, check: AgentObsRewardCheck, results: tuple, res: MultiAgentSampleResult
+    ) -> tuple | None:
         """A step with non-finite observations or rewards: name them, then handle.
 
         Each bad sub-env gets a ``NonFiniteEnvDataError`` naming its index, the env step
