@@ -37,7 +37,8 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 class Poisoned(gym.Wrapper):
     """CartPole that, at step ``at`` of an episode, raises or returns a NaN obs / inf reward.
 
-    ``env_config``: ``at``, ``what`` (``"raise"``, ``"obs"``, ``"reward"``),
+    ``env_config``: ``at``, ``what`` (``"raise"``, ``"obs"``, ``"reward"``, or
+    ``"final_obs"``: a NaN in the observation that ends the episode, whatever the step),
     ``only_index`` (poison only this sub-env's ``vector_index``) and ``limit``
     (poisonings per process, counted in ``Poisoned.count``).
     """
@@ -64,14 +65,15 @@ class Poisoned(gym.Wrapper):
         obs, reward, term, trunc, info = self.env.step(action)
         self.t += 1
         self.total_steps += 1
-        if self.poisons and self.t == self.at and Poisoned.count < self.limit:
+        final = self.what == "final_obs" and (term or trunc)
+        if self.poisons and (final or self.t == self.at) and Poisoned.count < self.limit:
             Poisoned.count += 1
             if self.what == "raise":
                 raise ValueError(f"crash at step {self.t}")
-            if self.what == "obs":
+            if self.what in ("obs", "final_obs"):
                 obs = obs.copy()
                 obs[2] = np.nan
-            else:
+            elif self.what == "reward":
                 reward = float("inf")
         return obs, reward, term, trunc, info
 
@@ -262,6 +264,25 @@ def test_dict_observations_check_each_float_leaf():
         r.stop()
 
 
+@pytest.mark.parametrize("num_envs", [1, 16, 128])
+@pytest.mark.parametrize("int_obs", [False, True])
+def test_planned_checks_find_every_bad_value(num_envs, int_obs):
+    space = gym.spaces.Box(0, 9, (4,), np.int64 if int_obs else np.float32)
+    ok = ObsRewardCheck(space).ok_for(num_envs)
+    obs, rewards = np.ones((num_envs, 4), space.dtype), np.ones(num_envs)
+    assert ok(obs, rewards) and ok(obs.tolist(), rewards.tolist())  # lists: the exact test
+    for bad in (np.nan, np.inf, -np.inf):
+        r = rewards.copy()
+        r[-1] = bad
+        assert not ok(obs, r)
+        if not int_obs:
+            o = obs.copy()
+            o[-1, 2] = bad
+            assert not ok(o, rewards) and not ok(o.tolist(), rewards)
+    big = np.full((num_envs, 4), 1e300)  # squares overflow: a false alarm that find() clears
+    assert ObsRewardCheck(None).find(big, rewards) == []
+
+
 def test_non_finite_module_outputs_are_raised_before_acting():
     r = SingleAgentEnvRunner(config=config("obs", limit=0, num_envs=2))
     try:
@@ -277,13 +298,13 @@ def test_non_finite_module_outputs_are_raised_before_acting():
         r.stop()
 
 
-def _ma_config(restart, what="obs", at=4, limit=1):
+def _ma_config(restart, what="obs", at=4, limit=1, only_index=None):
+    env_config = {"num_agents": 2, "at": at, "what": what, "limit": limit}
     return (
         AlgorithmConfig()
         .rl_module(rl_module_spec=RLModuleSpec())
         .environment(
-            make_multi_agent(Poisoned),
-            env_config={"num_agents": 2, "at": at, "what": what, "limit": limit},
+            make_multi_agent(Poisoned), env_config={**env_config, "only_index": only_index}
         )
         .env_runners(num_envs_per_env_runner=2)
         .multi_agent(policies={"p0"}, policy_mapping_fn=lambda aid, ep, **kw: "p0")
@@ -292,23 +313,42 @@ def _ma_config(restart, what="obs", at=4, limit=1):
     )
 
 
-def test_multi_agent_non_finite_observations():
-    r = MultiAgentEnvRunner(config=_ma_config(restart=False))
+@pytest.mark.parametrize(("what", "column"), [("obs", "obs["), ("reward", "rewards[")])
+def test_multi_agent_non_finite_data_names_sub_env_step_and_column(what, column):
+    r = MultiAgentEnvRunner(config=_ma_config(restart=False, what=what, only_index=1))
     try:
-        with pytest.raises(NonFiniteEnvDataError, match="non-finite obs") as info:
+        with pytest.raises(NonFiniteEnvDataError, match="sub-environment 1 .* at step 4") as info:
             r.sample(num_timesteps=40)
-        assert info.value.step == 4 and info.value.column.startswith("obs[")
+        assert info.value.step == 4 and info.value.column.startswith(column)
+        assert info.value.sub_env_index == 1
     finally:
         r.stop()
-    Poisoned.count = 0
-    r = MultiAgentEnvRunner(config=_ma_config(restart=True))
+
+
+def test_multi_agent_final_observations_are_checked():
+    r = MultiAgentEnvRunner(config=_ma_config(restart=False, what="final_obs"))
     try:
-        episodes = r.sample(num_timesteps=40)
-        assert total(episodes) >= 40
+        with pytest.raises(NonFiniteEnvDataError, match="non-finite obs"):
+            r.sample(num_timesteps=400)
+    finally:
+        r.stop()
+
+
+@pytest.mark.parametrize("what", ["obs", "reward", "final_obs"])
+def test_multi_agent_non_finite_data_recreates_only_that_sub_env(what):
+    r = MultiAgentEnvRunner(config=_ma_config(restart=True, what=what, only_index=1))
+    try:
+        envs = list(r.env.envs)
+        episodes = r.sample(num_timesteps=400)
+        assert Poisoned.count == 1
+        assert total(episodes) >= 400
         for e in episodes:
             for sa in e.agent_episodes.values():
                 assert np.isfinite(sa.get_observations()).all()
+                assert np.isfinite(sa.get_rewards()).all()
         assert r.get_metrics()["num_env_step_failures"] == 1
+        # Only sub-env 1 was recreated.
+        assert r.env.envs[0] is envs[0] and r.env.envs[1] is not envs[1]
     finally:
         r.stop()
 
@@ -370,3 +410,53 @@ def test_remote_runners_report_and_recover_from_poisoned_data(ray_session):
             assert metrics["num_env_step_failures"] == 1
     finally:
         group.stop()
+
+
+# -- the old stack (RolloutWorker / SyncSampler) ---------------------------------------
+def _old_worker(what, *, multi_agent=False, restart=False, only_index=1):
+    from tests.envs.old_stack import MockPolicy
+
+    from envrunners.evaluation.rollout_worker import RolloutWorker
+
+    env_config = {"at": 4, "what": what, "only_index": only_index, "limit": 1}
+    cfg = (
+        AlgorithmConfig()
+        .environment(env_config=env_config)
+        .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=50)
+        .fault_tolerance(restart_failed_sub_environments=restart)
+    )
+    if multi_agent:
+        make, env_config = make_multi_agent(Poisoned), {**env_config, "num_agents": 2}
+        cfg = cfg.environment(env_config=env_config).multi_agent(
+            policies={"p0"}, policy_mapping_fn=lambda aid, ep, **kw: "p0"
+        )
+        return RolloutWorker(env_creator=make, config=cfg, default_policy_class=MockPolicy)
+    return RolloutWorker(env_creator=Poisoned, config=cfg, default_policy_class=MockPolicy)
+
+
+@pytest.mark.parametrize("multi_agent", [False, True])
+@pytest.mark.parametrize(("what", "column"), [("obs", "obs"), ("reward", "rewards")])
+def test_rollout_worker_checks_every_step(what, column, multi_agent):
+    worker = _old_worker(what, multi_agent=multi_agent)
+    try:
+        with pytest.raises(NonFiniteEnvDataError, match="sub-environment 1 .* at step 4") as info:
+            worker.sample()
+        err = info.value
+        assert (err.sub_env_index, err.step) == (1, 4) and err.column.startswith(column)
+    finally:
+        worker.stop()
+
+
+@pytest.mark.parametrize("multi_agent", [False, True])
+def test_rollout_worker_recreates_the_bad_sub_env(multi_agent):
+    worker = _old_worker("obs", multi_agent=multi_agent, restart=True)
+    try:
+        envs = list(worker.async_env.envs)
+        batch = worker.sample()
+        assert Poisoned.count == 1
+        batches = batch.policy_batches.values() if multi_agent else [batch]
+        for b in batches:
+            assert np.isfinite(b["obs"]).all() and np.isfinite(b["rewards"]).all()
+        assert worker.async_env.envs[0] is envs[0] and worker.async_env.envs[1] is not envs[1]
+    finally:
+        worker.stop()

@@ -23,7 +23,7 @@ from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError, NonFiniteEnvDataError
-from envrunners.sampling.finite_checks import check_module_outputs
+from envrunners.sampling.finite_checks import check_module_outputs, restart_bad_agent_sub_envs
 from envrunners.sampling.multi_agent import MultiAgentSampler, MultiAgentSampleResult
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats
 from envrunners.utils import metrics as M
@@ -221,13 +221,21 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         check_module_outputs(module_id, out)
         return out
 
-    def _on_non_finite(self, errors: list[NonFiniteEnvDataError]) -> bool:
-        """Non-finite observations or rewards: raise, or (``restart_failed_sub_environments``)
-        recreate the vector env, as for a failed step; the sampler then starts afresh."""
+    def _on_non_finite(self, errors: list[NonFiniteEnvDataError], results: tuple) -> Any:
+        """Non-finite observations or rewards (one error per bad sub-env).
+
+        Without ``restart_failed_sub_environments`` the first error is raised. With it,
+        each bad sub-env is recreated as if its step had raised: the returned results
+        hold its reset step in place of the rejected one. A vector env that cannot
+        recreate one sub-env is recreated whole (returns None).
+        """
         if not self.config.restart_failed_sub_environments:
             raise errors[0]
-        self._recreate_env_after(errors[0])
-        return True
+        restart = getattr(self.env, "restart_sub_env", None)
+        if restart is None:
+            self._recreate_env_after(errors[0])
+            return None
+        return restart_bad_agent_sub_envs(restart, errors, results)
 
     # -- sampling ------------------------------------------------------------------
     def sample(

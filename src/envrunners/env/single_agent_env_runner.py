@@ -33,6 +33,7 @@ from envrunners.sampling.finite_checks import (
     ObsRewardCheck,
     all_finite_fast,
     check_module_outputs,
+    restart_bad_sub_envs,
 )
 from envrunners.sampling.sample_result import EpisodeStats
 from envrunners.sampling.single_agent import SingleAgentSampler, SingleAgentSampleResult
@@ -161,15 +162,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         restart = getattr(self.env, "restart_sub_env", None)
         if restart is None:
             return self._recreate_env_after(errors[0])
-        obs, rewards, terms, truncs, infos = results
-        for err in errors:
-            i = err.sub_env_index
-            new_obs, info = restart(i, err)
-            _set_row(obs, i, new_obs)
-            rewards[i] = 0.0
-            terms[i] = truncs[i] = False
-            infos[i] = info
-        return obs, rewards, terms, truncs, infos
+        return restart_bad_sub_envs(restart, errors, results)
 
     def _act(self, obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
         """One forward of a stateless module for all sub-envs (the sampler's ``ActFn``)."""
@@ -296,15 +289,3 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
     def add_connector_step(self, connector: ConnectorV2, *, to_env: bool = False) -> None:
         """Append a step to the env-to-module (or module-to-env) pipeline."""
         (self._module_to_env if to_env else self._env_to_module).append(connector)
-
-
-def _set_row(batch: Any, index: int, value: Any) -> None:
-    """``batch[index] = value`` for an array or a dict/tuple tree of arrays."""
-    if isinstance(batch, dict):
-        for key, sub in batch.items():
-            _set_row(sub, index, value[key])
-    elif isinstance(batch, tuple):
-        for sub, item in zip(batch, value, strict=True):
-            _set_row(sub, index, item)
-    else:
-        batch[index] = value

@@ -110,6 +110,7 @@ class PolicyMultiAgentSampler:
         lookback: int = 1,
         seed: int | None = None,
         inference_threads: Callable[[], Any] = contextlib.nullcontext,
+        on_non_finite: Callable[[list, tuple], Any] | None = None,
     ):
         self.env = env
         self.policy_map = policy_map
@@ -148,6 +149,9 @@ class PolicyMultiAgentSampler:
             action_fns=_PerPolicy(action_fn),
             lookback=max(1, int(lookback)),
         )
+        # Every step's observations and rewards are checked (``MultiAgentSampler``).
+        self._core.check_finite = True
+        self._core.on_non_finite = on_non_finite
         self._first_reset = True
 
     def _new_episode(self, env_index: int) -> MultiAgentEpisode:

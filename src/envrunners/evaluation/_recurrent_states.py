@@ -54,6 +54,14 @@ class SubEnvStates:
         self.prev_rewards = np.zeros(self.num_envs, np.float32)
         self._ended[:] = False
 
+    def restarted(self, rows: list[int]) -> None:
+        """Sub-envs recreated after their step's results were rejected (non-finite data).
+
+        Their next observation starts a new episode: they start from the initial state.
+        """
+        self._ended[rows] = False
+        self._reset_rows(np.asarray(rows, np.intp))
+
     def _reset_rows(self, rows: np.ndarray) -> None:
         # New arrays: the old ones are this step's ``state_out_*`` extras, which the
         # core writes into its buffers only after the step.

@@ -28,6 +28,7 @@ from typing import Any
 from envrunners.core import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID
 from envrunners.core.columns import Columns
 from envrunners.env.runner_setup import torch_threads
+from envrunners.errors import NonFiniteEnvDataError
 from envrunners.evaluation._policy_multi_agent_sampler import PolicyMultiAgentSampler
 from envrunners.evaluation._recurrent_states import SubEnvStates
 from envrunners.evaluation._sampling_hooks import (
@@ -41,6 +42,11 @@ from envrunners.evaluation.episode_to_batch import add_sequences, episode_to_sam
 from envrunners.evaluation.metrics import RolloutMetrics
 from envrunners.offline.input_reader import InputReader
 from envrunners.policy.sample_batch import SampleBatch, concat_samples
+from envrunners.sampling.finite_checks import (
+    ObsRewardCheck,
+    restart_bad_agent_sub_envs,
+    restart_bad_sub_envs,
+)
 from envrunners.sampling.single_agent import SingleAgentSampler
 
 __all__ = ["SamplerInput", "SyncSampler"]
@@ -170,6 +176,7 @@ class SyncSampler(SamplerInput):
                 lookback=int(worker.config.episode_lookback_horizon),
                 seed=worker.env_seed(),
                 inference_threads=lambda: torch_threads(worker.config, worker.worker_index),
+                on_non_finite=self._on_agent_non_finite,
             )
             return
         act_space = env.single_action_space
@@ -184,11 +191,38 @@ class SyncSampler(SamplerInput):
             reward_fn=None,  # clipped at the batch edge: metrics keep the env's rewards
             lookback=max(1, int(worker.config.episode_lookback_horizon)),
         )
+        self._core.finite_check = ObsRewardCheck(env.single_observation_space)
+        self._core.on_non_finite = self._on_non_finite
 
     # -- the sampling loop ---------------------------------------------------------
     def _policy_for_agent(self, agent_id: Any, episode: Any = None, **kwargs: Any) -> Any:
         """The worker's current ``policy_mapping_fn`` (it may be replaced at any time)."""
         return self.worker.policy_mapping_fn(agent_id, episode, worker=self.worker, **kwargs)
+
+    def _restart_fn(self, errors: list[NonFiniteEnvDataError]) -> Any:
+        """The vector env's ``restart_sub_env`` under ``restart_failed_sub_environments``.
+
+        Otherwise, or if the env cannot recreate one sub-env, the first error is raised.
+        """
+        restart = getattr(self.env, "restart_sub_env", None)
+        if restart is None or not self.worker.config.restart_failed_sub_environments:
+            raise errors[0]
+        return restart
+
+    def _on_non_finite(self, errors: list[NonFiniteEnvDataError], results: tuple) -> tuple:
+        """Non-finite observations or rewards: raise, or recreate the bad sub-envs.
+
+        As in ``SingleAgentEnvRunner``: a recreated sub-env's partial episode is dropped
+        and its reset observation takes the bad row's place.
+        """
+        results = restart_bad_sub_envs(self._restart_fn(errors), errors, results)
+        if self._states is not None:
+            self._states.restarted([err.sub_env_index for err in errors])
+        return results
+
+    def _on_agent_non_finite(self, errors: list[NonFiniteEnvDataError], results: tuple) -> tuple:
+        """``_on_non_finite`` for a multi-agent env (as in ``MultiAgentEnvRunner``)."""
+        return restart_bad_agent_sub_envs(self._restart_fn(errors), errors, results)
 
     def _filter_obs(self, obs: Any) -> Any:
         filt = self.worker.filters.get(DEFAULT_POLICY_ID)

@@ -27,7 +27,6 @@ no replacement episode after the last one in episode mode (spec §20.1).
 
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -43,19 +42,13 @@ from envrunners.errors import MultiAgentEnvError, NonFiniteEnvDataError
 from envrunners.sampling._agent_batching import action_rows, rows, stack
 from envrunners.sampling._agent_states import ModuleStates
 from envrunners.sampling._multi_agent_extras import SEQ_KEY, ExtrasTape, flush_agent_rows
-from envrunners.sampling.finite_checks import (
-    episode_step_error,
-    float_leaf_getters,
-    non_finite_rows,
-)
+from envrunners.sampling.finite_checks import AgentObsRewardCheck, episode_step_error
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats, SampleResult
 from envrunners.utils.gc_pause import paused_gc
 
 __all__ = ["ActFn", "MultiAgentSampleResult", "MultiAgentSampler"]
 
 _ALL = "__all__"
-_isfinite = math.isfinite
-_vdot = np.vdot
 _NO_FLAGS: dict = {}
 
 #: ``act_fn(module_id, obs_batch, explore, t) -> {"actions": ..., extra outputs...}``;
@@ -135,12 +128,13 @@ class MultiAgentSampler:
         #: Per stateful module id acting next step, the slots of its batch's rows.
         self._state_slots: dict[Any, np.ndarray] = {}
         self.started = False
-        #: Check every step's rewards and module-bound observations for NaN/inf.
+        #: Check every step's raw observations (final ones too) and rewards for NaN/inf.
         self.check_finite = False
-        #: ``on_non_finite(errors) -> True`` after recreating the whole vector env
-        #: (the loop then starts fresh episodes); raises otherwise. None: raise.
-        self.on_non_finite: Callable[[list[NonFiniteEnvDataError]], bool] | None = None
-        self._float_leaves: dict[Any, list] = {}
+        #: ``on_non_finite(errors, results)``: raises, or returns the step's results
+        #: with each bad sub-env's reset in its place, or None after recreating the
+        #: whole vector env (the loop then starts fresh episodes). None: raise.
+        self.on_non_finite: Callable[[list[NonFiniteEnvDataError], tuple], Any] | None = None
+        self._finite: AgentObsRewardCheck | None = None
 
     def use_states(self, modules: dict[Any, Any]) -> None:
         """Carry recurrent state for these stateful modules (``{module_id: module}``).
@@ -276,6 +270,7 @@ class MultiAgentSampler:
         env_ts = agent_ts = 0
         action_fns = self.action_fns
         tapes = self._tapes
+        finite = self._finite_check() if self.check_finite else None
         while (
             (len(res.done) < target)
             if episode_mode
@@ -351,10 +346,14 @@ class MultiAgentSampler:
                     lost_env, lost_agent = self._restart_episodes(failed, res)
                     env_ts -= lost_env
                     agent_ts -= lost_agent
-            if self.check_finite and not _isfinite(sum(map(sum, map(dict.values, rew_l)))):
-                if self._non_finite(self._bad_rewards(rew_l), res):
+            if finite is not None and not finite.ok(obs_l, rew_l):
+                results = self._non_finite(finite, results, res)
+                if results is None:  # the whole vector env was recreated: start afresh
                     env_ts = agent_ts = 0
                     continue
+                obs_l, rew_l, term_l, trunc_l, info_l = results[:5]
+                env_ts -= results[5]
+                agent_ts -= results[6]
             if self.obs_fns:
                 obs_l = self._transform_obs(obs_l)
             d_env, d_agent = self._ingest(
@@ -370,53 +369,51 @@ class MultiAgentSampler:
             )
             env_ts += d_env
             agent_ts += d_agent
-            if self.check_finite:
-                bad = self._bad_observations()
-                if bad and self._non_finite(bad, res):
-                    env_ts = agent_ts = 0
         return env_ts, agent_ts
 
     # -- non-finite data ----------------------------------------------------------
-    def _bad_rewards(self, rew_l: list[dict]) -> list[NonFiniteEnvDataError]:
+    def _finite_check(self) -> AgentObsRewardCheck:
+        """The check for the current observation spaces (rebuilt when they change)."""
+        check = self._finite
+        if check is None or check.observation_spaces is not self.observation_spaces:
+            check = self._finite = AgentObsRewardCheck(self.observation_spaces)
+        return check
+
+    def _non_finite(
+        self, check: AgentObsRewardCheck, results: tuple, res: MultiAgentSampleResult
+    ) -> tuple | None:
+        """A step with non-finite observations or rewards: name them, then handle.
+
+        Each bad sub-env gets a ``NonFiniteEnvDataError`` naming its index, the env step
+        of its episode and the column (``obs[agent]``, ``rewards[agent]``). Before
+        anything is recorded, ``on_non_finite(errors, results)`` raises, recreates the
+        whole vector env (returns None: so does this) or recreates the bad sub-envs,
+        whose reset observations it puts in their place; their episodes are dropped
+        as for a sub-env whose step raised. Returns the results plus the env and agent
+        steps of this call dropped with those episodes.
+        """
+        found = check.find(results[0], results[1])
+        if not found:  # the fast test overflowed on large finite values
+            return (*results, 0, 0)
         errors = []
-        for i, rew_i in enumerate(rew_l):
-            for aid, r in rew_i.items():
-                if not _isfinite(r):
-                    step = self.episodes[i].env_t + 1
-                    errors.append(episode_step_error(i, f"rewards[{aid!r}]", r, step, None))
-                    break
-        return errors
-
-    def _bad_observations(self) -> list[NonFiniteEnvDataError]:
-        """Errors for the non-finite rows of the stacked module batches (one per sub-env)."""
-        errors: dict[int, NonFiniteEnvDataError] = {}
-        for mid, (batch, idx) in self._to_module.items():
-            leaves = self._float_leaves.get(mid)
-            if leaves is None:
-                space = self.observation_spaces.get(idx[0][1]) if idx else None
-                leaves = self._float_leaves[mid] = float_leaf_getters(space)
-            for name, get in leaves:
-                leaf = get(batch)
-                if _isfinite(_vdot(leaf, leaf)):
-                    continue
-                for r in non_finite_rows(leaf).tolist():
-                    i, aid = idx[r]
-                    if i not in errors:
-                        episode = self.episodes[i]
-                        value = np.asarray(leaf)[r]
-                        column = f"{name}[{aid!r}]"
-                        errors[i] = episode_step_error(i, column, value, episode.env_t, episode.id_)
-        return [errors[i] for i in sorted(errors)]
-
-    def _non_finite(self, errors: list[NonFiniteEnvDataError], res: MultiAgentSampleResult) -> bool:
-        """Hand ``errors`` to ``on_non_finite``; after a whole-env restart, start afresh."""
-        if not errors:
-            return False
-        if self.on_non_finite is None or not self.on_non_finite(errors):
+        for i, column, value in found:
+            if self._pending[i]:  # the reset observation of its next episode
+                step, episode_id = 0, None
+            else:
+                episode = self.episodes[i]
+                step, episode_id = episode.env_t + 1, episode.id_
+            errors.append(episode_step_error(i, column, value, step, episode_id))
+        if self.on_non_finite is None:
             raise errors[0]
-        res.num_env_failures += 1
-        res.num_dropped_episodes += self.start()
-        return True
+        patched = self.on_non_finite(errors, results)
+        if patched is None:
+            res.num_env_failures += 1
+            res.num_dropped_episodes += self.start()
+            return None
+        failed = [False] * self.num_envs
+        for err in errors:
+            failed[err.sub_env_index] = True
+        return (*patched, *self._restart_episodes(failed, res))
 
     def _flush_tape_rows(self, i: int) -> None:
         """Record sub-env ``i``'s deferred extra outputs in its episode (see ``run``)."""

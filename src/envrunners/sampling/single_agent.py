@@ -19,7 +19,6 @@ The same loop serves ``SingleAgentEnvRunner`` and the old-stack ``RolloutWorker`
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,9 +52,6 @@ StatefulActFn = Callable[
 #: times the steps it was asked for (at least 100 steps): the env fails too often for
 #: dropping its broken episodes and sampling more to ever fill the batch.
 MAX_LOST_STEPS_FACTOR = 20
-
-_isfinite = math.isfinite
-_vdot = np.vdot
 
 #: What ``run()`` returns.
 SingleAgentSampleResult = SampleResult[SingleAgentEpisode, EpisodeStats]
@@ -252,7 +248,7 @@ class SingleAgentSampler:
         # is recorded) but is still reset when a sub-env's episode starts.
         recurrent = self.recurrent
         finite_check = self.finite_check
-        one_array = finite_check is not None and finite_check.single_array
+        finite_ok = finite_check.ok_for(n_envs) if finite_check is not None else None
         # Sub-envs that fail before any episode survives would make a timestep-mode
         # call loop forever: past this many steps lost to failures, it gives up.
         lost_steps, max_lost_steps = 0, MAX_LOST_STEPS_FACTOR * max(target, n_envs, 100)
@@ -277,13 +273,12 @@ class SingleAgentSampler:
                 extras[Columns.STATE_OUT] = recurrent.state = state_out
             env_actions = action_fn(actions)
             results = step_fn(env_actions)
-            if finite_check is not None and results is not ENV_STEP_FAILURE:
-                o, r = results[0], results[1]
-                # One float obs array (the common case): the check inlined, whole batch.
-                if not (
-                    _isfinite(_vdot(o, o) + _vdot(r, r)) if one_array else finite_check.ok(o, r)
-                ):
-                    results = self._non_finite(results, row, seg_start, pending)
+            if (
+                finite_ok is not None
+                and results is not ENV_STEP_FAILURE
+                and not finite_ok(results[0], results[1])
+            ):  # the whole batch, with a test planned for its space and size
+                results = self._non_finite(results, row, seg_start, pending)
             if results is ENV_STEP_FAILURE:
                 # The whole vector env was recreated (the step_fn logged the failure):
                 # every in-progress episode is lost, including those that finished in

@@ -108,6 +108,21 @@ class SyncVectorMultiAgentEnv(VectorMultiAgentEnv):
             out_obs = [_copy_observations(obs) for obs in out_obs]
         return out_obs, out_rew, out_term, out_trunc, out_info
 
+    def restart_sub_env(self, index: int, error: BaseException) -> tuple:
+        """Recreate sub-env ``index`` after ``error`` found in its last step's results.
+
+        As if its ``step`` had raised ``error``: it is recreated, reset and marked in
+        ``failed``; its next step is a normal step. Returns the reset as a step result
+        (no rewards, no flags) for the caller to put in place of the rejected one.
+        """
+        self.envs[index], result = restart_sub_env(
+            self.env_fns[index], self.envs[index], index, error
+        )
+        self._autoreset[index] = False
+        self.failed[index] = True
+        self.num_failures += 1
+        return result
+
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
         """Call method ``name`` (or read attribute ``name``) on every sub-env."""
         results = []
