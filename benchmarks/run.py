@@ -4,7 +4,7 @@
     python benchmarks/run.py --target both --rllib-python /path/to/rllib-venv/bin/python
 
 ``--target both`` runs each workload on envrunners here and on ``ray.rllib``
-(in this interpreter if it imports, else in ``--rllib-python``), then prints a
+(in ``--rllib-python`` when given, else in this interpreter), then prints a
 ``ratio`` line per matching measurement (envrunners / RLlib, medians).
 Workloads are the ``w*_*.py`` modules next to this file (see README.md).
 """
@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rllib-python", default=os.environ.get("RLLIB_PYTHON"))
     args = parser.parse_args(argv)
     names = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
-    if args.target == "ray.rllib" and args.rllib_python and not target_available("ray.rllib"):
+    # An explicit --rllib-python wins: a ray wheel ships ray.rllib's source, so it may import
+    # here without RLlib's own dependencies (msgpack_numpy, ...) installed.
+    if args.target == "ray.rllib" and args.rllib_python:
         run_elsewhere(args.rllib_python, names, args.repeats)
         return 0
     if args.target != "both":
@@ -86,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ours = run_here("envrunners", names, args.repeats)
     comparable = [n for n in names if n != "W5"]
-    if target_available("ray.rllib"):
-        theirs = run_here("ray.rllib", comparable, args.repeats)
-    elif args.rllib_python:
+    if args.rllib_python:
         theirs = run_elsewhere(args.rllib_python, comparable, args.repeats)
+    elif target_available("ray.rllib"):
+        theirs = run_here("ray.rllib", comparable, args.repeats)
     else:
         emit({"note": "ray.rllib not importable and no --rllib-python given; no ratios"})
         return 0
