@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import api, emit, local_ppo_runner, rss_mb  # noqa: E402
 from w2_group import _config as group_config  # noqa: E402
 from w2_group import _rss_mb as runner_rss_mb  # noqa: E402
+from w2_group import group_iteration  # noqa: E402
 
 TARGET_GROWTH_PCT = 5.0
 BATCH = 4000
@@ -95,14 +96,7 @@ def soak_group(target: str, minutes: float, interval_s: float, warmup_fraction: 
     )
 
     def step() -> int:
-        episodes = sample(
-            worker_set=group,
-            max_env_steps=BATCH,
-            sample_timeout_s=60.0,
-            _uses_new_env_runners=True,
-        )
-        group.sync_weights()
-        return sum(len(e) for e in episodes)
+        return group_iteration(group, sample)
 
     def rss() -> float:
         remote = group.foreach_env_runner(runner_rss_mb, local_env_runner=False)

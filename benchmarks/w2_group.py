@@ -51,6 +51,18 @@ def _shutdown_ray() -> None:
         ray.shutdown()
 
 
+def group_iteration(group, sample) -> int:
+    """One W2 iteration: a ``BATCH``-step synchronous sample, then a weight sync; its steps."""
+    episodes = sample(
+        worker_set=group,
+        max_env_steps=BATCH,
+        sample_timeout_s=60.0,
+        _uses_new_env_runners=True,
+    )
+    group.sync_weights()
+    return sum(len(e) for e in episodes)
+
+
 def run_group(target: str, repeats: int) -> dict:
     """The 2 x 8 group: cold start, then ``repeats`` timed iterations after 2 warm-ups."""
     EnvRunnerGroup = api(target, "envrunners.env.env_runner_group").EnvRunnerGroup
@@ -62,14 +74,7 @@ def run_group(target: str, repeats: int) -> dict:
     start_s = time.perf_counter() - start
 
     def iteration() -> int:
-        episodes = sample(
-            worker_set=group,
-            max_env_steps=BATCH,
-            sample_timeout_s=60.0,
-            _uses_new_env_runners=True,
-        )
-        group.sync_weights()
-        return sum(len(e) for e in episodes)
+        return group_iteration(group, sample)
 
     warm_until = time.perf_counter() + WARMUP_S
     for k in range(1000):  # >= 2 iterations and >= WARMUP_S: start-up work has settled

@@ -19,7 +19,6 @@ import contextlib
 import importlib
 import os
 import pkgutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 from envrunners._cli import arguments, input_checks
 from envrunners._cli.embedded_ray import embedded_ray, quiet_loggers
-from envrunners._cli.sample import print_table
+from envrunners._cli.sample import print_table, return_rows
 from envrunners.errors import CliError, EnvRunnersError
 
 __all__ = ["EvalEnvCreator", "add_evaluate_parser", "find_checkpoint", "run_evaluate"]
@@ -368,13 +367,7 @@ def _print_summary(
         ("runners", "in-process" if runners == 0 else f"{runners} remote (local Ray)"),
         ("episodes", f"{len(returns):,}"),
     ]
-    if returns:
-        std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
-        rows += [
-            ("return mean ± std", f"{statistics.fmean(returns):.2f} ± {std:.2f}"),
-            ("return min / max", f"{min(returns):.2f} / {max(returns):.2f}"),
-            ("episode length mean", f"{statistics.fmean(lengths):.1f}"),
-        ]
+    rows += return_rows(returns, lengths)
     rows.append(("time", f"{seconds:.2f} s"))
     if video_dir is not None:
         videos = sorted(video_dir.glob("*.mp4"))

@@ -267,13 +267,7 @@ def _print_summary(args: argparse.Namespace, s: dict[str, Any]) -> None:
     if args.multi_agent:
         rows.append(("agent steps", f"{s['agent_steps']:,}"))
     rows.append(("episodes finished", f"{len(returns):,}"))
-    if returns:
-        std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
-        rows += [
-            ("return mean ± std", f"{statistics.fmean(returns):.2f} ± {std:.2f}"),
-            ("return min / max", f"{min(returns):.2f} / {max(returns):.2f}"),
-            ("episode length mean", f"{statistics.fmean(s['lengths']):.1f}"),
-        ]
+    rows += return_rows(returns, s["lengths"])
     rate = s["env_steps"] / max(1e-9, s["seconds"])
     rows += [
         ("sampling time", f"{s['seconds']:.2f} s"),
@@ -314,3 +308,15 @@ def print_table(
     if not console.is_terminal:  # logs and pipes: wide enough not to wrap the numbers
         console = Console(width=120)
     console.print(table)
+
+
+def return_rows(returns: list[float], lengths: list[int]) -> list[tuple[str, str]]:
+    """Summary-table rows of finished episodes: return mean ± std, min / max, mean length."""
+    if not returns:
+        return []
+    std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
+    return [
+        ("return mean ± std", f"{statistics.fmean(returns):.2f} ± {std:.2f}"),
+        ("return min / max", f"{min(returns):.2f} / {max(returns):.2f}"),
+        ("episode length mean", f"{statistics.fmean(lengths):.1f}"),
+    ]
