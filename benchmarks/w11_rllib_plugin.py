@@ -54,6 +54,9 @@ PONG_ENV = "w11-pong"
 ALE_ID = "ale_py:ALE/Pong-v5"
 #: RLlib's Atari setup: its wrapper does the frame skipping, so ALE's is off.
 ALE_KWARGS = {"frameskip": 1, "full_action_space": False, "repeat_action_probability": 0.0}
+#: Generous, so a loaded machine gives slow numbers rather than empty iterations
+#: (RLlib's default, 60 s, returns no samples when the runners miss it).
+SAMPLE_TIMEOUT_S = 600.0
 
 
 def make_pong(env_config: Any = None) -> Any:
@@ -105,6 +108,7 @@ def build_config(case: str, runner_cls: Any) -> Any:
         )
     else:
         raise SystemExit(f"unknown W11 case {case!r}; expected one of {CASES}")
+    config.env_runners(sample_timeout_s=SAMPLE_TIMEOUT_S)
     if runner_cls is not None:
         config.env_runners(env_runner_cls=runner_cls)
     return config
@@ -154,6 +158,8 @@ def measure(case: str, runner: str, iterations: int, warmup: int) -> dict:
             learner.append(float(timers.get("learner_update_timer", float("nan"))))
             steps.append(int(last.get("env_runners", {}).get("num_env_steps_sampled", 0)))
             calls.append(int(last.get("num_training_step_calls_per_iteration", 1)))
+        if not all(steps):
+            raise RuntimeError(f"an iteration sampled no env steps: {steps}")
         timed = slice(warmup, None)
         sampling_s = _own_values(sampling)[timed]
         learner_s = _own_values(learner)[timed]
