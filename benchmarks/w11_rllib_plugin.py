@@ -57,6 +57,24 @@ ALE_KWARGS = {"frameskip": 1, "full_action_space": False, "repeat_action_probabi
 #: Generous, so a loaded machine gives slow numbers rather than empty iterations
 #: (RLlib's default, 60 s, returns no samples when the runners miss it).
 SAMPLE_TIMEOUT_S = 600.0
+#: Per case: env, ``environment()`` extras, envs per runner and ``training()`` settings.
+CASE_SETTINGS: dict[str, dict[str, Any]] = {
+    "cartpole": {
+        "env": "CartPole-v1",
+        "environment": {},
+        "num_envs_per_env_runner": 8,
+        "training": {"train_batch_size_per_learner": 4000, "minibatch_size": 128,
+                     "num_epochs": 6, "lr": 3e-4, "vf_loss_coeff": 0.01},
+    },
+    "pong": {
+        "env": PONG_ENV,
+        "environment": {"clip_rewards": True},
+        "num_envs_per_env_runner": 4,
+        "training": {"train_batch_size_per_learner": 4000, "minibatch_size": 500,
+                     "num_epochs": 1, "lr": 1.5e-4, "grad_clip": 100.0,
+                     "grad_clip_by": "global_norm"},
+    },
+}  # fmt: skip
 
 
 def make_pong(env_config: Any = None) -> Any:
@@ -81,34 +99,21 @@ def build_config(case: str, runner_cls: Any) -> Any:
     """RLlib's ``PPOConfig`` for ``case``; ``runner_cls`` None keeps RLlib's runners."""
     from ray.rllib.algorithms.ppo import PPOConfig
 
+    if case not in CASE_SETTINGS:
+        raise SystemExit(f"unknown W11 case {case!r}; expected one of {CASES}")
+    settings = CASE_SETTINGS[case]
     config = PPOConfig()
-    if case == "cartpole":
-        config.environment("CartPole-v1")
-        config.env_runners(num_env_runners=NUM_RUNNERS, num_envs_per_env_runner=8)
-        config.training(
-            train_batch_size_per_learner=4000,
-            minibatch_size=128,
-            num_epochs=6,
-            lr=3e-4,
-            vf_loss_coeff=0.01,
-        )
-    elif case == "pong":
+    if case == "pong":
         from ray.tune.registry import register_env
 
         register_env(PONG_ENV, make_pong)
-        config.environment(PONG_ENV, clip_rewards=True)
-        config.env_runners(num_env_runners=NUM_RUNNERS, num_envs_per_env_runner=4)
-        config.training(
-            train_batch_size_per_learner=4000,
-            minibatch_size=500,
-            num_epochs=1,
-            lr=1.5e-4,
-            grad_clip=100.0,
-            grad_clip_by="global_norm",
-        )
-    else:
-        raise SystemExit(f"unknown W11 case {case!r}; expected one of {CASES}")
-    config.env_runners(sample_timeout_s=SAMPLE_TIMEOUT_S)
+    config.environment(settings["env"], **settings["environment"])
+    config.env_runners(
+        num_env_runners=NUM_RUNNERS,
+        num_envs_per_env_runner=settings["num_envs_per_env_runner"],
+        sample_timeout_s=SAMPLE_TIMEOUT_S,
+    )
+    config.training(**settings["training"])
     if runner_cls is not None:
         config.env_runners(env_runner_cls=runner_cls)
     return config
