@@ -6,7 +6,9 @@
 ``--target both`` runs each workload on envrunners here and on ``ray.rllib``
 (in ``--rllib-python`` when given, else in this interpreter), then prints a
 ``ratio`` line per matching measurement (envrunners / RLlib, medians).
-Workloads are the ``w*_*.py`` modules next to this file (see README.md).
+Workloads are the ``w*_*.py`` modules next to this file (see README.md). W11
+(RLlib's PPO with RLlib's runners for ``ray.rllib``, with ``envrunners.rllib``'s for
+``envrunners``) needs ``ray.rllib`` importable for both targets.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ Builds the graph of every ``import`` statement in ``src/envrunners`` (found with
 ``TYPE_CHECKING`` count too) and fails on any strongly connected component that is
 not on the short allow-list below. A cycle is allowed only where RLlib's public API
 forces one; each entry says why.
+
+The same scan checks that ``envrunners.rllib`` (the plug-in runners for RLlib's own
+algorithms) is the only part of the package that imports ``ray.rllib``: where the
+``rllib`` extra is installed a stray import would succeed silently, and the rest of
+the package must keep working without RLlib.
 """
 
 from __future__ import annotations
@@ -76,6 +81,36 @@ def import_graph(package_dir: Path = PACKAGE_DIR) -> dict[str, set[str]]:
                 if found is not None and found != name:
                     graph[name].add(found)
     return graph
+
+
+def ray_rllib_imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` for every import of ``ray.rllib`` in the file at ``path``.
+
+    Counts ``import ray.rllib...``, ``from ray.rllib... import``, ``from ray import
+    rllib`` and ``importlib.import_module("ray.rllib...")`` / ``__import__`` with a
+    literal name, anywhere in the module (functions and ``TYPE_CHECKING`` included).
+    """
+
+    def is_rllib(name: str) -> bool:
+        return name == "ray.rllib" or name.startswith("ray.rllib.")
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0]
+            if called in ("import_module", "__import__") and isinstance(first, ast.Constant):
+                names = [str(first.value)]
+        hits = [name for name in names if is_rllib(name)]
+        if hits:
+            found.append((node.lineno, hits[0]))
+    return found
 
 
 def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -158,3 +193,31 @@ def test_allow_list_has_no_stale_entries():
     found = set(cycles(import_graph()))
     stale = [sorted(c) for c in ALLOWED_CYCLES if c not in found]
     assert not stale, f"allow-listed cycles that no longer exist: {stale}"
+
+
+def test_ray_rllib_import_finder_sees_every_form(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        "import ray\n"
+        "from ray import tune\n"
+        "import ray.rllib.algorithms\n"
+        "from ray.rllib.env import SingleAgentEnvRunner\n"
+        "from ray import rllib\n"
+        "def f():\n"
+        "    import importlib\n"
+        "    return importlib.import_module('ray.rllib.core')\n"
+    )
+    assert [line for line, _ in ray_rllib_imports(path)] == [3, 4, 5, 8]
+
+
+def test_only_envrunners_rllib_imports_ray_rllib():
+    offenders = [
+        f"{name} (line {line}: {target})"
+        for name, (path, _) in sorted(_module_names(PACKAGE_DIR).items())
+        if name != "envrunners.rllib" and not name.startswith("envrunners.rllib.")
+        for line, target in ray_rllib_imports(path)
+    ]
+    assert not offenders, (
+        "only envrunners.rllib may import ray.rllib (the rest of the package runs without "
+        "the rllib extra): " + "; ".join(offenders)
+    )

@@ -115,17 +115,19 @@ def run_bench(args: argparse.Namespace) -> int:
         comparable = [n for n in names if n != "W5"]  # W5 is the library-free ceiling
         if not comparable:
             pass
-        elif bench.target_available("ray.rllib"):
-            for name in comparable:
-                theirs += _quietly(
-                    args, f"{name} on ray.rllib", bench.run_here, "ray.rllib", [name]
-                )
+        # An explicit --rllib-python wins, as in run.py: ray.rllib importable here may be
+        # the ray wheel's source without RLlib's own dependencies.
         elif args.rllib_python:
             for name in comparable:
                 theirs += _quietly(
                     args, f"{name} on ray.rllib ({args.rllib_python})", bench.run_elsewhere,
                     args.rllib_python, [name],
                 )  # fmt: skip
+        elif bench.target_available("ray.rllib"):
+            for name in comparable:
+                theirs += _quietly(
+                    args, f"{name} on ray.rllib", bench.run_here, "ray.rllib", [name]
+                )
         else:
             note = (
                 "ray.rllib is not importable here and no --rllib-python was given: no ratios "
