@@ -374,7 +374,8 @@ class RunnerRecovery:
     def _prepare_standby(self) -> None:
         """Build the ready standby as a late runner, with the latest state (background).
 
-        Why: a runner that missed a deadline is killed as hung if its call has not
+        Why: a runner that missed a deadline (a call only set aside before its
+        deadline does not count) is killed as hung if its call has not
         returned ``replace_env_runner_after_missed_deadlines`` deadlines after it
         was sent; a standby built for it by then takes its place at once, with no
         call to wait for. Only while failed runners are restarted.
@@ -385,7 +386,7 @@ class RunnerRecovery:
             return
         if not self._config.restart_failed_env_runners:
             return
-        late = [i for i in self._manager.late_actor_ids() if i in self.ctor_kwargs]
+        late = [i for i in self._manager.late_actor_ids(True) if i in self.ctor_kwargs]
         if not late:
             return
         ready, _ = ray.wait([self._standby_ready], timeout=0)

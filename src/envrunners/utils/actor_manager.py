@@ -673,9 +673,16 @@ class FaultTolerantActorManager:
         for ref in [r for r, (aid, _, _) in self._late_calls.items() if aid == actor_id]:
             del self._late_calls[ref]
 
-    def late_actor_ids(self) -> list[int]:
-        """Ids of the actors with a call that missed its deadline and has not returned."""
-        return sorted({aid for aid, _, _ in self._late_calls.values()})
+    def late_actor_ids(self, overdue_only: bool = False) -> list[int]:
+        """Ids of the actors with a call that missed its deadline and has not returned.
+
+        With ``overdue_only``, only those whose call has run past its deadline (not
+        calls set aside before it, see ``set_aside``).
+        """
+        if not overdue_only:
+            return sorted({aid for aid, _, _ in self._late_calls.values()})
+        now = time.monotonic()
+        return sorted({aid for aid, sent, t in self._late_calls.values() if now - sent >= t})
 
     def check_late_calls(self) -> RemoteCallResults:
         """Collect the late calls that returned; kill the actors whose late call is hung.
