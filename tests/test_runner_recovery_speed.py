@@ -25,6 +25,11 @@ from envrunners.execution.rollout_ops import synchronous_parallel_sample
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
+def _faulty(tmp_path, deadline: float, **fault):
+    """Runner 2 misbehaves (``fault``: FaultyEnv's ``mode``, ``at_step``, ...)."""
+    return make_config(tmp_path, env_config={"bad_worker": 2, **fault}, sample_timeout_s=deadline)
+
+
 def _pid(runner) -> int:
     return os.getpid()
 
@@ -87,10 +92,7 @@ def test_each_sigkill_is_taken_over_by_a_warm_standby(ray_session, tmp_path):
 def test_hung_runner_is_replaced_by_the_prepared_standby_at_the_kill(ray_session, tmp_path):
     """Runner 2's env blocks in step(): the standby is built for it after its first missed
     deadline and serves from the moment runner 2 is killed (the second deadline)."""
-    deadline = 4.0
-    config = make_config(
-        tmp_path, env_config={"bad_worker": 2, "mode": "hang"}, sample_timeout_s=deadline
-    )
+    config = _faulty(tmp_path, 4.0, mode="hang")
     most = 400 + 2 * 2 - 1
     with EnvRunnerGroup(config=config, standby_env_runner=True) as group:
         standby = _ready_standby(group)
@@ -127,12 +129,7 @@ def _sample(runner):
 @pytest.mark.timeout(240)
 def test_async_request_past_its_deadline_is_a_missed_deadline(ray_session, tmp_path):
     """A hung async request: runner out at once, result dropped and counted, runner replaced."""
-    deadline = 2.0
-    config = make_config(
-        tmp_path,
-        env_config={"bad_worker": 2, "mode": "hang", "at_step": 1},
-        sample_timeout_s=deadline,
-    )
+    config = _faulty(tmp_path, 2.0, mode="hang", at_step=1)
     with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
         assert group.foreach_env_runner_async(_sample) == 2
         got = group.fetch_ready_async_reqs(timeout_seconds=None)  # waits up to the deadline
@@ -159,12 +156,7 @@ def test_async_request_past_its_deadline_is_a_missed_deadline(ray_session, tmp_p
 @pytest.mark.timeout(240)
 def test_slow_async_request_is_dropped_and_its_runner_restored(ray_session, tmp_path):
     """Late once (4 s; deadline 3 s, hung after 2 deadlines): dropped and counted, not killed."""
-    deadline = 3.0
-    config = make_config(
-        tmp_path,
-        env_config={"bad_worker": 2, "mode": "slow", "sleep_s": 4.0, "at_step": 1},
-        sample_timeout_s=deadline,
-    )
+    config = _faulty(tmp_path, 3.0, mode="slow", sleep_s=4.0, at_step=1)
     with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
         group.foreach_env_runner_async(_sample)
         results = group.fetch_ready_async_reqs(timeout_seconds=None)

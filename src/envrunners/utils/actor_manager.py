@@ -916,7 +916,9 @@ class FaultTolerantActorManager:
             left = None if deadline is None else max(0.0, deadline - now)
             expiry = self._next_expiry(request_timeout_s, match)
             if expiry is not None:
-                left = max(0.0, expiry - now) if left is None else min(left, max(0.0, expiry - now))
+                # (a due expiry of a call that is done but not local yet: no busy loop)
+                until = max(0.005, expiry - now)
+                left = until if left is None else min(left, until)
             got, waiting = ray.wait(
                 waiting, num_returns=len(waiting), timeout=left, fetch_local=not return_obj_refs
             )
