@@ -26,10 +26,11 @@ Measured per ``train()``: env steps the learner trained on against
 ``total_train_batch_size`` (``short`` below it, ``over_long`` above it plus
 RLlib's own overshoot of up to ``NUM_ENVS - 1`` steps per runner), ``lost``
 (``train()`` raised or trained nothing). A fault is recovered once the runner it
-hit is back in service (the group restored it, with the latest state, after the
-fault) and answers a call; its recovery time runs from the fault to that restore
-(the group's own timestamp, so it does not depend on how long an iteration
-takes). A fault whose runner is not known (a node without runners) is recovered
+hit is back in service in a new process (the group put the standby or Ray's
+restart of it into service, with the latest state, after the fault) and answers
+a call; its recovery time runs from the fault to then (the group's own
+timestamp, so it depends neither on how long an iteration takes nor on other
+runners still being out). A fault whose runner is not known (a node without runners) is recovered
 at the end of the first iteration that trained a full batch with every runner
 healthy and Ray's restart count past its value at the fault. Recoveries are
 checked after every iteration; after each, every runner's module weights and
@@ -297,14 +298,14 @@ def run_chaos(
             if pending:
                 done = time.monotonic()
                 restarts_now = group.num_remote_worker_restarts()
-                restored_at = group._recovery.restored_at
+                replaced_at = group._recovery.replaced_at
                 recovered = []
                 for f in pending:
                     if f.runner is None:
                         if healthy and steps >= BATCH and restarts_now > f.restarts:
                             recovered.append((f, done))
-                    elif restored_at.get(f.runner, f.at) > f.at and _answers(group, f.runner):
-                        recovered.append((f, restored_at[f.runner]))
+                    elif replaced_at.get(f.runner, f.at) > f.at and _answers(group, f.runner):
+                        recovered.append((f, replaced_at[f.runner]))
                 if recovered:
                     consistent = _consistent(group)
                     for f, at in recovered:

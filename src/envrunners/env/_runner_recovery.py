@@ -135,8 +135,9 @@ class RunnerRecovery:
         self.num_replaced = 0
         #: Ids of runners replaced (standby or new process) that serve again.
         self.replaced_ids: set[int] = set()
-        #: When (``time.monotonic()``) each runner was last put back into service.
-        self.restored_at: dict[int, float] = {}
+        #: When (``time.monotonic()``) each runner's last replacement (standby or new
+        #: process) was put into service.
+        self.replaced_at: dict[int, float] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -526,8 +527,8 @@ class RunnerRecovery:
             self._replacing.discard(actor_id)
             self.num_replaced += 1
             self.replaced_ids.add(actor_id)
+            self.replaced_at[actor_id] = time.monotonic()
         self._restored_since_probe.append(actor_id)
-        self.restored_at[actor_id] = time.monotonic()
         self._unprepare_standby(actor_id)
         logger.info("env runner %d is restored (with the latest state).", actor_id)
 
