@@ -3,10 +3,14 @@
     python benchmarks/chaos.py --minutes 2
 
 Setup: a local Ray started the way envrunners starts one (127.0.0.1 only, token
-auth) with 3 CPUs, plus one extra node joined with ``ray start --address`` on
-127.0.0.1 (1 CPU). PPO on CartPole-v1 with 3 remote runners x 4 envs, 1 CPU each
-(Ray's default scheduling puts two on the head and one on the extra node, and
-the head keeps a CPU to restart a lost runner; stderr logs where they were), ``MeanStdFilter``,
+auth) with ``--head-cpus`` CPUs (default 4), plus one extra node joined with
+``ray start --address`` on 127.0.0.1 (1 CPU). PPO on CartPole-v1 with 3 remote
+runners x 4 envs, 1 CPU each (Ray's default scheduling puts two on the head and
+one on the extra node; stderr logs where they were), and the group's standby
+runner (1 CPU) on the head. The head's fourth CPU is room for the next standby
+once the first one has replaced the runner of the lost node; with
+``--head-cpus 3`` there is none, and later kills wait for Ray's process
+restarts. ``MeanStdFilter``,
 ``fault_tolerance(restart_failed_env_runners=True,
 restart_failed_sub_environments=True)`` and ``sample_timeout_s=10``. Chaos, on a
 seeded schedule:
@@ -21,12 +25,17 @@ seeded schedule:
 Measured per ``train()``: env steps the learner trained on against
 ``total_train_batch_size`` (``short`` below it, ``over_long`` above it plus
 RLlib's own overshoot of up to ``NUM_ENVS - 1`` steps per runner), ``lost``
-(``train()`` raised or trained nothing). A fault is recovered at the end of the first iteration that
-trained at least a full batch with every runner healthy and Ray's restart count past its
-value at the fault, and the runner it hit (if known) answers within 2 s; its
-recovery time runs from the fault to then. After each
-recovery, every runner's module weights and observation-filter state are
-compared with the local runner's (``consistent``). One JSON line at the end.
+(``train()`` raised or trained nothing). A fault is recovered once the runner it
+hit is back in service in a new process (the group put the standby or Ray's
+restart of it into service, with the latest state, after the fault) and answers
+a call; its recovery time runs from the fault to then (the group's own
+timestamp, so it depends neither on how long an iteration takes nor on other
+runners still being out). A fault whose runner is not known (a node without runners) is recovered
+at the end of the first iteration that trained a full batch with every runner
+healthy and Ray's restart count past its value at the fault. Recoveries are
+checked after every iteration; after each, every runner's module weights and
+observation-filter state are compared with the local runner's (``consistent``).
+One JSON line at the end.
 Targets: 0 lost, 0 short, p50 recovery <= 2 s (with the standby runner).
 """
 
@@ -193,7 +202,9 @@ def _consistent(group: Any) -> bool:
     return bool(remote) and all(tuple(d) == local for d in remote)
 
 
-def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) -> dict:
+def run_chaos(
+    minutes: float, seed: int, p_error: float, kill_every_s: float, head_cpus: int = NUM_RUNNERS + 1
+) -> dict:
     import ray
 
     from envrunners.env._local_ray_node import LocalRayNode
@@ -202,7 +213,7 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
     _register_by_value()
     rng = random.Random(seed)
     flag = os.path.join(tempfile.mkdtemp(prefix="chaos-"), "hang")
-    init_local_ray(NUM_RUNNERS, log_to_driver=False, _system_config=dict(EMBEDDED_SYSTEM_CONFIG))
+    init_local_ray(head_cpus, log_to_driver=False, _system_config=dict(EMBEDDED_SYSTEM_CONFIG))
     node = LocalRayNode(ray.get_runtime_context().gcs_address, num_cpus=1)
     node.start()
     algo = None
@@ -284,16 +295,21 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
                 counts["over_long"] += 1
             healthy = group.num_healthy_remote_env_runners() == NUM_RUNNERS
             pending = [f for f in faults if f.recovered_s is None]
-            if pending and healthy and steps >= BATCH:
+            if pending:
                 done = time.monotonic()
                 restarts_now = group.num_remote_worker_restarts()
-                recovered = [
-                    f for f in pending if restarts_now > f.restarts and _answers(group, f.runner)
-                ]
+                replaced_at = group._recovery.replaced_at
+                recovered = []
+                for f in pending:
+                    if f.runner is None:
+                        if healthy and steps >= BATCH and restarts_now > f.restarts:
+                            recovered.append((f, done))
+                    elif replaced_at.get(f.runner, f.at) > f.at and _answers(group, f.runner):
+                        recovered.append((f, replaced_at[f.runner]))
                 if recovered:
                     consistent = _consistent(group)
-                    for f in recovered:
-                        f.recovered_s = done - f.at
+                    for f, at in recovered:
+                        f.recovered_s = at - f.at
                         f.consistent = consistent
                         _log(start, f"{f.kind} recovered in {f.recovered_s:.2f} s, {consistent=}")
         elapsed = time.monotonic() - start
@@ -310,6 +326,7 @@ def run_chaos(minutes: float, seed: int, p_error: float, kill_every_s: float) ->
             except OSError:
                 pass
     counts["sampled"] = int(sampled)
+    counts["head_cpus"] = head_cpus
     return _summary(counts, faults, elapsed, minutes, seed, p_error)
 
 
@@ -365,6 +382,7 @@ def _summary(
         "seconds": round(elapsed, 1),
         "seed": seed,
         "env_error_p": p,
+        "head_cpus": counts.get("head_cpus"),
         "batch": BATCH,
         "max_batch": MAX_BATCH,
         "env_steps_sampled": counts.get("sampled", 0),
@@ -390,12 +408,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--env-error-p", type=float, default=0.005)
     parser.add_argument("--kill-every-s", type=float, default=20.0)
+    parser.add_argument("--head-cpus", type=int, default=NUM_RUNNERS + 1)
     args = parser.parse_args(argv)
     os.environ.pop("RAY_ADDRESS", None)  # the benchmark starts its own Ray
     from envrunners._cli.embedded_ray import ray_errors_logged
 
     with ray_errors_logged():  # Ray's "worker/raylet died" lines stay off stdout
-        record = run_chaos(args.minutes, args.seed, args.env_error_p, args.kill_every_s)
+        record = run_chaos(
+            args.minutes, args.seed, args.env_error_p, args.kill_every_s, args.head_cpus
+        )
     emit(record)
     return 0
 

@@ -371,6 +371,32 @@ class TestHealth:
         finally:
             mgr.clear()
 
+    def test_async_call_past_its_deadline_is_a_missed_deadline(self, ray_session):
+        mgr = make_manager(ray_session, n=2, max_consecutive_timeouts=2, unhealthy_on_timeout=True)
+        try:
+            slow = [{"seconds": 0.0}, {"seconds": 60.0}]
+            assert mgr.foreach_actor_async("slow", "t", kwargs=slow) == 2
+            # Waits for both, but wakes at the slow call's deadline and drops it.
+            res = mgr.fetch_ready_async_reqs(tags="t", timeout_seconds=None, request_timeout_s=0.5)
+            assert [(r.actor_id, r.get()) for r in res] == [(0, 0.0)]
+            assert mgr.take_expired_async_reqs() == [(1, 1)]
+            assert mgr.healthy_actor_ids() == [0] and mgr.late_actor_ids() == [1]
+            assert mgr.num_outstanding_async_reqs() == 0 and mgr.num_timed_out_calls() == 1
+            # Its late call is watched like a synchronous one: killed as hung on its timer.
+            assert wait_until(lambda: not mgr.check_late_calls() and mgr.num_hung_actor_kills())
+            assert mgr.take_hung_actor_kills() == [1]
+            # A call done in time but collected late is not late.
+            mgr.foreach_actor_async("slow", "t", kwargs=[{"seconds": 0.0}], remote_actor_ids=[0])
+            done, _ = ray_session.wait(list(mgr._in_flight_req_to_actor_id), timeout=30)
+            assert len(done) == 1
+            time.sleep(0.05)  # older than its 0.01 s deadline, but done
+            mgr.expire_async_reqs(0.01)
+            assert mgr.take_expired_async_reqs() == []
+            res = mgr.fetch_ready_async_reqs(tags="t", timeout_seconds=5.0)
+            assert [r.actor_id for r in res] == [0]
+        finally:
+            mgr.clear()
+
     def test_set_state_probe_and_async_purge(self, manager):
         manager.foreach_actor_async(call, "t")
         manager.set_actor_state(2, healthy=False)

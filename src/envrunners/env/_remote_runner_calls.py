@@ -33,16 +33,19 @@ __all__ = [
     "apply_state",
     "apply_weights",
     "become_runner",
+    "end_standby",
     "foreach_policy",
     "foreach_policy_to_train",
     "freeze_gc",
     "get_connector_states",
     "merge_on_runner",
     "module_state",
+    "prepare_standby",
     "rebuild_runner",
     "restore_runner",
     "stop_runner",
     "visit_sub_envs",
+    "warm_up_standby",
 ]
 
 logger = logging.getLogger("envrunners")
@@ -158,20 +161,87 @@ def rebuild_runner(runner: Any, *, config: Any, ctor_kwargs: dict, delay_s: floa
     return "rebuilt"
 
 
+def warm_up_standby(runner: Any, *, config: Any, ctor_kwargs: dict) -> bool:
+    """Runner side: build a standby as a spare runner (``ctor_kwargs``' index is no runner's).
+
+    Why: the first construction in a process pays lazy imports and first-use
+    costs of torch, gymnasium and the env (a few hundred ms on a loaded
+    machine); a standby that paid them becomes a real runner in tens of ms.
+    The spare index keeps its env from clashing with a live runner's (ports,
+    files). It stays a standby: taking a runner's place rebuilds it with that
+    runner's arguments. A failure only logs (the standby stays usable, cold).
+
+    Returns:
+        Whether the spare runner was built.
+    """
+    if not getattr(runner, "_standby", False):
+        return False
+    try:
+        _build_standby_for(runner, config, ctor_kwargs)
+    except EnvRunnerError as err:
+        logger.warning("Warming up the standby env runner failed (it stays cold): %s", err)
+        return False
+    return True
+
+
+def prepare_standby(runner: Any, *, state: dict, config: Any, ctor_kwargs: dict) -> int:
+    """Runner side: build a standby as the runner of ``ctor_kwargs`` and apply ``state``.
+
+    It stays a standby until ``restore_runner`` (with the same arguments) makes
+    it that runner without building it again. The group prepares its standby
+    this way for a runner that missed a deadline, so the swap at the kill is
+    immediate.
+    """
+    if not getattr(runner, "_standby", False):
+        raise EnvRunnerError("prepare_standby() was sent to a runner that is not a standby")
+    _build_standby_for(runner, config, ctor_kwargs)
+    seq_no = apply_state(runner, state)
+    freeze_gc()
+    return seq_no
+
+
+def _build_standby_for(runner: Any, config: Any, ctor_kwargs: dict) -> None:
+    """Run the runner constructor on a standby for ``ctor_kwargs`` (unless already built so)."""
+    index = ctor_kwargs.get("worker_index")
+    built_for = getattr(runner, "_standby_built_for", None)
+    if built_for is not None and built_for == index:
+        return
+    if built_for is not None:  # a spare (or prepared) runner: close its env first
+        runner._standby_built_for = None
+        try:
+            runner.stop()
+        except Exception as err:  # the old env is dropped anyway
+            logger.warning("stop() of the standby's previous runner raised %r", err)
+    try:
+        become_runner(runner, config=config, ctor_kwargs=ctor_kwargs)
+    except Exception as err:
+        raise _runner_error(runner, "the runner constructor", err) from err
+    finally:
+        runner._standby = True
+    runner._standby_built_for = index
+
+
 def restore_runner(
     runner: Any, *, state: dict, config: Any = None, ctor_kwargs: dict | None = None
 ) -> int:
-    """Runner side: (standby: become the runner, then) apply the group's latest state."""
+    """Runner side: (standby: become the runner, then) apply the group's latest state.
+
+    A standby already built for ``ctor_kwargs``' index (warmed up or prepared)
+    is not built again.
+    """
     if getattr(runner, "_standby", False):
         if ctor_kwargs is None:
             raise EnvRunnerError("a standby runner was restored without its constructor arguments")
-        try:
-            become_runner(runner, config=config, ctor_kwargs=ctor_kwargs)
-        except Exception as err:
-            raise _runner_error(runner, "the runner constructor", err) from err
+        _build_standby_for(runner, config, ctor_kwargs)
+        runner._standby = False
     seq_no = apply_state(runner, state)
     freeze_gc()  # also after a process restart by Ray
     return seq_no
+
+
+def end_standby(runner: Any) -> None:
+    """Runner side: a prepared standby now serves as the runner it was built for."""
+    runner._standby = False
 
 
 def stop_runner(runner: Any) -> None:

@@ -19,10 +19,16 @@ A fault that is neither ignored nor restarted reaches the caller as a
 ``RemoteEnvRunnerError`` (a ``ray.exceptions.RayError``) naming the runner.
 
 A dead runner's place, or that of one Ray cannot restart yet (its node is
-lost, no room), is taken by the group's standby runner (an idle actor with the
-imports done, the runners' resources, placed away from their nodes where the
-cluster allows) when one is ready, else Ray restarts the process wherever there
-is room, whichever comes first.
+lost, no room), is taken by the group's standby runner when one is ready, else
+Ray restarts the process wherever there is room, whichever comes first. The
+standby is an actor with the runners' resources, placed away from their nodes
+where the cluster allows, that has built a spare runner (an index no runner
+has: env, module, connectors), so becoming the dead runner is one quick
+rebuild. While a runner is late (it missed a deadline) the standby is built for
+it with the latest state, so if that runner is killed as hung the standby
+serves in its place at once. Each time the standby is used, the next one starts
+at once in the background (as soon as the replaced runner's resources are
+free); its start is never waited for.
 
 Restoring: an unhealthy runner that Ray reports alive gets one ``set_state``
 call with the last broadcast weights, connector states and lifetime step count
@@ -43,7 +49,7 @@ from typing import Any
 from envrunners import errors
 from envrunners.env import _ray_setup
 from envrunners.env import _remote_runner_calls as remote
-from envrunners.env._runner_state import INTERNAL_TAGS, BroadcastRecord
+from envrunners.env._runner_state import INTERNAL_TAGS, STATES_TAG, BroadcastRecord
 from envrunners.errors import EnvRunnerError
 from envrunners.utils.actor_manager import (
     RemoteCallResults,
@@ -116,13 +122,22 @@ class RunnerRecovery:
         self._standby_due = 0.0 if standby_now else float("inf")
         self._closed = False
         self.standby: Any = None
+        #: The standby's last call (warm-up or preparation): it is ready once this is done.
         self._standby_ready: Any = None
+        #: (runner id, state version) the standby is prepared for (see ``_prepare_standby``).
+        self._prepared: tuple[int, int] | None = None
+        #: Until then a standby without room is tried again soon (a replaced runner's
+        #: resources are on their way back).
+        self._respawn_until = 0.0
         self.ctor_kwargs: dict[int, dict] = {}
         self.local_env_runner: Any = None
         #: Runners whose process was replaced and that serve again (lifetime count).
         self.num_replaced = 0
         #: Ids of runners replaced (standby or new process) that serve again.
         self.replaced_ids: set[int] = set()
+        #: When (``time.monotonic()``) each runner's last replacement (standby or new
+        #: process) was put into service.
+        self.replaced_at: dict[int, float] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -327,13 +342,71 @@ class RunnerRecovery:
         if not self._standby_on or self._closed or self.standby is not None:
             return
         if not self._room_for_standby():
-            # Not now (a pending actor would hold nothing but make Ray warn); look again later.
-            self._standby_due = time.monotonic() + STANDBY_AFTER_S
+            # Not now (a pending actor would hold nothing but make Ray warn); look again
+            # later, soon if a replaced runner's resources are being released.
+            now = time.monotonic()
+            self._standby_due = now + (0.1 if now < self._respawn_until else STANDBY_AFTER_S)
             return
         cls = _ray_setup.make_remote_class(_ray_setup.standby_class(self._runner_cls), self._config)
         options = self._standby_placement()
         self.standby = (cls.options(**options) if options else cls).remote()
-        self._standby_ready = self.standby.ping.remote()
+        self._prepared = None
+        self._warm_up_standby()
+
+    def _warm_up_standby(self) -> None:
+        """Build the standby as a spare runner (an index no runner has) in the background.
+
+        Why: the standby then has its imports done and an env and module built
+        once, so becoming a runner is a quick rebuild. Without constructor
+        arguments (runners not built by this group) it only answers a ping.
+        """
+        if not self.ctor_kwargs:
+            self._standby_ready = self.standby.ping.remote()
+            return
+        template = self.ctor_kwargs[max(self.ctor_kwargs)]
+        spare = max(int(k.get("worker_index") or 0) for k in self.ctor_kwargs.values()) + 1
+        self._standby_ready = self.standby.apply.remote(
+            remote.warm_up_standby,
+            config=self._config_ref(),
+            ctor_kwargs={**template, "worker_index": spare},
+        )
+        self._prepared = None
+
+    def _prepare_standby(self) -> None:
+        """Build the ready standby as a late runner, with the latest state (background).
+
+        Why: a runner that missed a deadline (a call only set aside before its
+        deadline does not count) is killed as hung if its call has not
+        returned ``replace_env_runner_after_missed_deadlines`` deadlines after it
+        was sent; a standby built for it by then takes its place at once, with no
+        call to wait for. Only while failed runners are restarted.
+        """
+        import ray
+
+        if self.standby is None or self._prepared is not None or self._closed:
+            return
+        if not self._config.restart_failed_env_runners:
+            return
+        late = [i for i in self._manager.late_actor_ids(True) if i in self.ctor_kwargs]
+        if not late:
+            return
+        ready, _ = ray.wait([self._standby_ready], timeout=0)
+        if not ready:
+            return
+        actor_id = late[0]
+        state = self._broadcast.restore_state(self.local_env_runner, self._peer_module_state)
+        self._standby_ready = self.standby.apply.remote(
+            remote.prepare_standby,
+            state=state,
+            config=self._config_ref(),
+            ctor_kwargs=self.ctor_kwargs[actor_id],
+        )
+        self._prepared = (actor_id, self._broadcast.version)
+
+    def _unprepare_standby(self, actor_id: int) -> None:
+        """Runner ``actor_id`` serves again: its prepared standby goes back to a spare."""
+        if self._prepared is not None and self._prepared[0] == actor_id and self.standby:
+            self._warm_up_standby()
 
     def _room_for_standby(self) -> bool:
         """Whether the cluster has the CPUs and GPUs of one more runner free."""
@@ -397,6 +470,7 @@ class RunnerRecovery:
         except RayError as err:
             logger.warning("The standby env runner is gone (%s); starting a new one.", err)
             ray.kill(handle, no_restart=True)
+            self._prepared = None
             self.spawn_standby()
             return None
         return handle
@@ -408,6 +482,7 @@ class RunnerRecovery:
         if self.standby is not None:
             ray.kill(self.standby, no_restart=True)
         self.standby = self._standby_ready = None
+        self._prepared = None
 
     def _replace_dead(self, actor_id: int) -> bool:
         """Give a dead runner's id to the standby actor; False if there is none ready."""
@@ -417,6 +492,7 @@ class RunnerRecovery:
         standby = self._take_standby() if kwargs is not None else None
         if standby is None:
             return False
+        prepared, self._prepared = self._prepared, None
         manager = self._manager
         ray.kill(manager.get_actor(actor_id), no_restart=True)
         manager.replace_actor(actor_id, standby)
@@ -424,8 +500,37 @@ class RunnerRecovery:
         self._given_up.discard(actor_id)
         self._replacing.add(actor_id)
         logger.warning("env runner %d is gone; the standby runner takes its place.", actor_id)
+        if prepared is not None and prepared[0] == actor_id:
+            # Built for this runner with the state of version prepared[1]: it serves now.
+            # Calls to one actor run in order, so a newer state pushed now arrives first.
+            standby.apply.remote(remote.end_standby)
+            self._restored(actor_id)
+            if prepared[1] < self._broadcast.version:
+                state = self._broadcast.restore_state(self.local_env_runner, lambda: None)
+                manager.foreach_actor_async(
+                    remote.apply_state,
+                    STATES_TAG,
+                    kwargs={"state": state},
+                    remote_actor_ids=[actor_id],
+                    coalesce=True,
+                )
+        # Its resources are being released: the next standby starts as soon as they are.
+        self._respawn_until = time.monotonic() + STANDBY_AFTER_S
         self.spawn_standby()
         return True
+
+    def _restored(self, actor_id: int) -> None:
+        """Put a restored runner back into service; count it if its process was replaced."""
+        self._restore_failures.pop(actor_id, None)
+        self._manager.mark_actor_restored(actor_id)
+        if actor_id in self._replacing:
+            self._replacing.discard(actor_id)
+            self.num_replaced += 1
+            self.replaced_ids.add(actor_id)
+            self.replaced_at[actor_id] = time.monotonic()
+        self._restored_since_probe.append(actor_id)
+        self._unprepare_standby(actor_id)
+        logger.info("env runner %d is restored (with the latest state).", actor_id)
 
     # ------------------------------------------------------------------ restore
     def _peer_module_state(self) -> dict | None:
@@ -510,14 +615,7 @@ class RunnerRecovery:
             if version < self._broadcast.version:
                 self._fire_restore(actor_id)  # a newer broadcast happened meanwhile
                 continue
-            self._restore_failures.pop(actor_id, None)
-            manager.mark_actor_restored(actor_id)
-            if actor_id in self._replacing:
-                self._replacing.discard(actor_id)
-                self.num_replaced += 1
-                self.replaced_ids.add(actor_id)
-            self._restored_since_probe.append(actor_id)
-            logger.info("env runner %d is restored (with the latest state).", actor_id)
+            self._restored(actor_id)
         limit = float(self._config.env_runner_restore_timeout_s)
         now = time.monotonic()
         for actor_id, (_, _, started) in list(self._restore_calls.items()):
@@ -552,6 +650,8 @@ class RunnerRecovery:
             self.handle_errors(results)
         if self.standby is None and time.monotonic() >= self._standby_due:
             self.spawn_standby()
+        if self._prepared is None and self.standby is not None and manager.late_actor_ids():
+            self._prepare_standby()
         auto = bool(self._config.restart_failed_env_runners)
         if self._restore_calls or (auto and manager.num_healthy_actors() < manager.num_actors()):
             self._poll_restores(0.0)

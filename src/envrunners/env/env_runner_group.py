@@ -21,6 +21,8 @@ state, and keeps them in service:
 - every wait has a deadline: ``timeout_seconds=None`` means
   ``config.sample_timeout_s``; results that miss it are dropped, counted in
   ``num_env_runners_dropped_lifetime`` and logged with the late runners' ids.
+  An async request (``foreach_env_runner_async``) running longer than
+  ``sample_timeout_s`` is a missed deadline too, found by the next group call.
 
 Weight and state pushes are async calls that are never dropped: a push that
 finds the runner's previous push unacknowledged waits as its pending push (a
@@ -89,9 +91,9 @@ class EnvRunnerGroup:
         tune_trial_id: Passed to the runners.
         pg_offset: Placement-group bundle offset of the remote runners.
         num_env_runners: Number of remote runners (default: the config's).
-        standby_env_runner: Keep one idle standby actor (imports done, nothing
-            built, the runners' resources reserved, placed away from their nodes
-            where the cluster allows) that takes a dead or lost runner's place in
+        standby_env_runner: Keep one standby actor (a spare runner built, the
+            runners' resources reserved, placed away from their nodes where the
+            cluster allows) that takes a dead, lost or hung runner's place in
             milliseconds instead of a process restart. True starts it
             with the runners; None (default) starts it once the group has been in
             use for ``STANDBY_AFTER_S`` seconds, if ``restart_failed_env_runners``
@@ -508,6 +510,7 @@ class EnvRunnerGroup:
         """
         if self._worker_manager.num_actors() == 0:
             return 0
+        self._expire_async_reqs()
         self._recovery.maintain()
         return self._worker_manager.foreach_actor_async(
             func,
@@ -540,9 +543,35 @@ class EnvRunnerGroup:
             tags=tags,
             timeout_seconds=self._deadline(timeout_seconds),
             return_obj_refs=return_obj_refs,
+            request_timeout_s=self._request_deadline(),
         )
+        self._expire_async_reqs()
         self._recovery.after_call(results, mark_healthy)
         return results
+
+    def _request_deadline(self) -> float | None:
+        """How long an async request may run (``sample_timeout_s``; None: no limit)."""
+        limit = self._remote_config.sample_timeout_s
+        return float(limit) if limit is not None and float(limit) > 0 else None
+
+    def _expire_async_reqs(self) -> None:
+        """Async requests running past ``sample_timeout_s`` are missed deadlines.
+
+        As for a synchronous call: the runner is out of service at once, its late
+        call is watched (restored if it returns, replaced as hung after
+        ``replace_env_runner_after_missed_deadlines`` deadlines), and the dropped
+        results are counted in ``num_env_runners_dropped_lifetime``.
+        """
+        manager = self._worker_manager
+        limit = self._request_deadline()
+        if limit is not None:
+            manager.expire_async_reqs(limit)
+        expired = manager.take_expired_async_reqs()
+        if expired:
+            ids = sorted({actor_id for actor_id, _ in expired})
+            self._log_dropped(
+                ids, f"did not answer an async request within {limit}s", sum(n for _, n in expired)
+            )
 
     def foreach_env_runner_async_fetch_ready(
         self,

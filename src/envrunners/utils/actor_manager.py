@@ -289,6 +289,23 @@ def actor_node_id(handle: Any) -> str | None:
         return None
 
 
+def _tag_matcher(tags: Any) -> Callable[[Any], bool]:
+    """Which tags a fetch means: the given ones, or every user tag (not ``"__..."``)."""
+    if isinstance(tags, str):
+        wanted: set | None = {tags}
+    elif tags is None or isinstance(tags, (list, tuple)):
+        wanted = set(tags) if tags else None
+    else:
+        raise ValueError(f"tags must be a str, list or tuple, got {type(tags).__name__}")
+
+    def match(tag: Any) -> bool:
+        if wanted is None:
+            return not (isinstance(tag, str) and tag.startswith("__"))
+        return tag in wanted
+
+    return match
+
+
 def _default_is_fault(error: BaseException) -> bool:
     from ray.exceptions import RayError
 
@@ -339,6 +356,12 @@ class FaultTolerantActorManager:
         self.ever_unhealthy: set[int] = set()
         self._restored_actors: set[int] = set()
         self._in_flight_req_to_actor_id: dict[Any, tuple[str | None, int]] = {}
+        #: When each async call in flight was sent (``time.monotonic()``).
+        self._in_flight_sent_at: dict[Any, float] = {}
+        #: When an actor's last async call was collected (its next one starts then).
+        self._async_done_at: dict[int, float] = {}
+        #: (actor id, calls dropped) of async calls that missed their deadline.
+        self._expired_async: list[tuple[int, int]] = []
         self._current_actor_id = 0
         self._num_actor_restarts = 0
         self._num_timed_out_calls = 0
@@ -412,6 +435,8 @@ class FaultTolerantActorManager:
         self._remote_actor_states.clear()
         self._restored_actors.clear()
         self._in_flight_req_to_actor_id.clear()
+        self._in_flight_sent_at.clear()
+        self._async_done_at.clear()
         self._late_calls.clear()
         self._current_actor_id = 0
 
@@ -504,6 +529,7 @@ class FaultTolerantActorManager:
             r for r, (_, aid) in self._in_flight_req_to_actor_id.items() if aid == actor_id
         ]:
             del self._in_flight_req_to_actor_id[ref]
+            self._in_flight_sent_at.pop(ref, None)
         state = self._remote_actor_states.get(actor_id)
         if state is not None:
             state.num_in_flight_async_requests_by_tag.clear()
@@ -545,6 +571,7 @@ class FaultTolerantActorManager:
             ref = self._actors[actor_id].apply.remote(func, **kw)
             state.num_in_flight_async_requests_by_tag[tag] += 1
             self._in_flight_req_to_actor_id[ref] = (tag, actor_id)
+            self._in_flight_sent_at[ref] = time.monotonic()
 
     def _collect(
         self,
@@ -646,9 +673,16 @@ class FaultTolerantActorManager:
         for ref in [r for r, (aid, _, _) in self._late_calls.items() if aid == actor_id]:
             del self._late_calls[ref]
 
-    def late_actor_ids(self) -> list[int]:
-        """Ids of the actors with a call that missed its deadline and has not returned."""
-        return sorted({aid for aid, _, _ in self._late_calls.values()})
+    def late_actor_ids(self, overdue_only: bool = False) -> list[int]:
+        """Ids of the actors with a call that missed its deadline and has not returned.
+
+        With ``overdue_only``, only those whose call has run past its deadline (not
+        calls set aside before it, see ``set_aside``).
+        """
+        if not overdue_only:
+            return sorted({aid for aid, _, _ in self._late_calls.values()})
+        now = time.monotonic()
+        return sorted({aid for aid, sent, t in self._late_calls.values() if now - sent >= t})
 
     def check_late_calls(self) -> RemoteCallResults:
         """Collect the late calls that returned; kill the actors whose late call is hung.
@@ -847,6 +881,7 @@ class FaultTolerantActorManager:
             ref = self._fire(actor_id, f, kw)
             state.num_in_flight_async_requests_by_tag[tag] += 1
             self._in_flight_req_to_actor_id[ref] = (tag, actor_id)
+            self._in_flight_sent_at[ref] = time.monotonic()
             sent += 1
         return sent
 
@@ -857,49 +892,143 @@ class FaultTolerantActorManager:
         timeout_seconds: float | None = 0.0,
         return_obj_refs: bool = False,
         mark_healthy: bool = False,
+        request_timeout_s: float | None = None,
     ) -> RemoteCallResults:
         """Collect the async calls (of ``tags``; None/empty = all) that are done.
 
         Calls not done within ``timeout_seconds`` stay in flight for a later fetch.
         Tags starting with ``"__"`` are internal and only fetched when named.
+        With ``request_timeout_s``, a call of these tags that has run longer than
+        that is a missed deadline (see ``expire_async_reqs``); the wait ends
+        early for nothing but that.
         """
-        if isinstance(tags, str):
-            wanted: set | None = {tags}
-        elif tags is None or isinstance(tags, (list, tuple)):
-            wanted = set(tags) if tags else None
-        else:
-            raise ValueError(f"tags must be a str, list or tuple, got {type(tags).__name__}")
-
-        def match(tag: str | None) -> bool:
-            if wanted is None:
-                return not (isinstance(tag, str) and tag.startswith("__"))
-            return tag in wanted
-
+        match = _tag_matcher(tags)
         meta = {r: m for r, m in self._in_flight_req_to_actor_id.items() if match(m[0])}
         if not meta:
             return RemoteCallResults()
         import ray
 
-        refs = list(meta)
-        ready, _ = ray.wait(
-            refs, num_returns=len(refs), timeout=timeout_seconds, fetch_local=not return_obj_refs
-        )
-        touched = set()
-        for ref in ready:
-            tag, actor_id = self._in_flight_req_to_actor_id.pop(ref)
-            state = self._remote_actor_states.get(actor_id)
-            if state is not None and state.num_in_flight_async_requests_by_tag.get(tag, 0) > 0:
-                state.num_in_flight_async_requests_by_tag[tag] -= 1
-            touched.add(actor_id)
+        ready: list[Any] = []
+        waiting = list(meta)
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        while True:
+            now = time.monotonic()
+            left = None if deadline is None else max(0.0, deadline - now)
+            expiry = self._next_expiry(request_timeout_s, match)
+            if expiry is not None:
+                # (a due expiry of a call that is done but not local yet: no busy loop)
+                until = max(0.005, expiry - now)
+                left = until if left is None else min(left, until)
+            got, waiting = ray.wait(
+                waiting, num_returns=len(waiting), timeout=left, fetch_local=not return_obj_refs
+            )
+            ready += got
+            for ref in got:  # collected below: no longer in flight (nor expiring)
+                self._take_in_flight(ref)
+            if request_timeout_s is not None and request_timeout_s > 0:
+                self.expire_async_reqs(request_timeout_s, tags=tags)
+            waiting = [r for r in waiting if r in self._in_flight_req_to_actor_id]
+            if not waiting or (deadline is not None and time.monotonic() >= deadline):
+                break
+            if timeout_seconds is not None and timeout_seconds <= 0:
+                break
+        touched = {meta[ref][1] for ref in ready}
         ready_set = set(ready)
         results = self._collect(
-            [r for r in refs if r in ready_set], meta, return_obj_refs, mark_healthy
+            [r for r in meta if r in ready_set], meta, return_obj_refs, mark_healthy
         )
         for actor_id in touched:
             state = self._remote_actor_states.get(actor_id)
             if state is not None and state.is_healthy:
                 self._fire_pending(actor_id, only_free_slots=True)
         return results
+
+    def _take_in_flight(self, ref: Any) -> None:
+        """Forget a collected async call (its slot is free again)."""
+        tag, actor_id = self._in_flight_req_to_actor_id.pop(ref)
+        self._in_flight_sent_at.pop(ref, None)
+        self._async_done_at[actor_id] = time.monotonic()
+        state = self._remote_actor_states.get(actor_id)
+        if state is not None and state.num_in_flight_async_requests_by_tag.get(tag, 0) > 0:
+            state.num_in_flight_async_requests_by_tag[tag] -= 1
+
+    def _running_async(self, match: Callable[[Any], bool]) -> dict[int, tuple[Any, float]]:
+        """Per actor, its oldest async call of the matched tags and when it started running.
+
+        An actor runs its calls one after the other: a call sent while an older
+        one was running starts when that one was collected.
+        """
+        oldest: dict[int, tuple[Any, float]] = {}
+        for ref, (tag, actor_id) in self._in_flight_req_to_actor_id.items():
+            if not match(tag):
+                continue
+            sent = self._in_flight_sent_at.get(ref)
+            if sent is None:
+                continue
+            if actor_id not in oldest or sent < oldest[actor_id][1]:
+                oldest[actor_id] = (ref, sent)
+        return {
+            aid: (ref, max(sent, self._async_done_at.get(aid, 0.0)))
+            for aid, (ref, sent) in oldest.items()
+        }
+
+    def _next_expiry(self, timeout: float | None, match: Callable[[Any], bool]) -> float | None:
+        if timeout is None or timeout <= 0:
+            return None
+        running = self._running_async(match)
+        return min((start + timeout for _, start in running.values()), default=None)
+
+    def expire_async_reqs(
+        self, timeout_seconds: float, *, tags: str | list[str] | tuple[str, ...] | None = ()
+    ) -> None:
+        """Count async calls (of ``tags``, as in ``fetch_ready_async_reqs``) running longer
+        than ``timeout_seconds`` as missed deadlines, like late synchronous calls.
+
+        The call is no longer in flight (its result is dropped); its actor misses
+        a deadline (with ``unhealthy_on_timeout`` it is out of service at once,
+        its other calls are dropped with it, and its late call is watched: see
+        ``check_late_calls``). A call's clock starts when it was sent or, if the
+        actor was busy with an older async call then, when that one was collected.
+        What was dropped is reported by ``take_expired_async_reqs``.
+        """
+        if not self._in_flight_sent_at:
+            return
+        match = _tag_matcher(tags)
+        now = time.monotonic()
+        late = {
+            ref: (actor_id, start)
+            for actor_id, (ref, start) in self._running_async(match).items()
+            if now - start >= timeout_seconds
+        }
+        if not late:
+            return
+        import ray
+
+        # Done but not collected yet (the caller fetches later) is not late.
+        done, _ = ray.wait(list(late), num_returns=len(late), timeout=0, fetch_local=False)
+        for ref in done:
+            del late[ref]
+        for ref, (actor_id, start) in late.items():
+            if ref not in self._in_flight_req_to_actor_id:
+                continue
+            tag, _ = self._in_flight_req_to_actor_id[ref]
+            self._in_flight_req_to_actor_id.pop(ref)
+            self._in_flight_sent_at.pop(ref, None)
+            state = self._remote_actor_states.get(actor_id)
+            if state is not None and state.num_in_flight_async_requests_by_tag.get(tag, 0) > 0:
+                state.num_in_flight_async_requests_by_tag[tag] -= 1
+            was_healthy = state is not None and state.is_healthy
+            others = [r for r, (t, a) in self._in_flight_req_to_actor_id.items() if a == actor_id]
+            lost = 1 + sum(1 for r in others if match(self._in_flight_req_to_actor_id[r][0]))
+            self._missed_deadline(actor_id, ref, start, timeout_seconds)
+            if not (was_healthy and self.unhealthy_on_timeout):
+                lost = 1  # the actor's other calls stay in flight
+            self._expired_async.append((actor_id, lost))
+
+    def take_expired_async_reqs(self) -> list[tuple[int, int]]:
+        """``(actor id, calls dropped)`` of async calls expired since the last call."""
+        out, self._expired_async = self._expired_async, []
+        return out
 
     def foreach_actor_async_fetch_ready(
         self,
