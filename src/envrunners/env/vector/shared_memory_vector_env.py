@@ -246,7 +246,9 @@ class _Worker:
         v["terms"][self.lo : self.lo + len(self.envs)] = False
         v["truncs"][self.lo : self.lo + len(self.envs)] = False
         self.autoreset = [False] * len(self.envs)
-        msg["infos"] = [(j, info) for j, info in enumerate(infos) if info]
+        nonempty = [(j, info) for j, info in enumerate(infos) if info]
+        if nonempty:
+            msg["infos"] = nonempty
 
     def call(self, name: str, args: tuple, kwargs: dict) -> list:
         results = []
