@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -170,6 +171,22 @@ def test_async_recv_send_gives_each_sub_env_the_synchronous_trajectory(make, wor
     assert sum(e[2] or e[3] for s in expected for e in s) >= 4  # crosses autoresets
 
 
+def recv_until(env, done, actions=None, timeout_s=60.0):
+    """``recv``/``send`` until ``done(recv_results)`` holds (returns those results).
+
+    Bounded by time, not by calls: on a loaded machine one worker may wait for a CPU
+    while the others answer hundreds of calls, and ready-first returns those.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        results = env.recv()
+        if done(results):
+            return results
+        ids = results[0]
+        env.send(np.zeros(len(ids), np.int64) if actions is None else actions, ids)
+    raise AssertionError(f"no matching recv() within {timeout_s} s")
+
+
 def check_next_step_autoreset(env, n):
     """The rules ``EnvPoolVectorEnv`` documents, through ``step`` and through ``recv``/``send``:
     the call after a sub-env's episode ended returns its reset observation with reward 0 and
@@ -237,9 +254,7 @@ def test_a_raising_sub_env_without_restarts_raises_naming_it():
     try:
         env.async_reset(seed=0)
         with pytest.raises(SubEnvError, match="boom at step 1") as info:
-            for _ in range(50):  # until worker 1's first step is received
-                ids, *_ = env.recv()
-                env.send(np.zeros(2, np.int64), ids)
+            recv_until(env, lambda results: False)
         assert info.value.sub_env_index == 3 and "raise RuntimeError" in info.value.remote_traceback
     finally:
         env.close()
@@ -250,17 +265,19 @@ def test_restart_failed_marks_sub_envs_in_recv():
     fns[2] = lambda: FailingCartPole(fail_at=2)
     env = SharedMemoryVectorEnv(fns, num_workers=4, batch_size=2, restart_failed=True)
     marked = []
+
+    def note(results):
+        ids = results[0]
+        marked.extend(ids[env.failed[ids]].tolist())
+        return len(marked) >= 2
+
     try:
         env.async_reset(seed=0)
-        for _ in range(500):  # until sub-env 2's second step is received, and a few more
-            if env.num_failures and len(marked) > 20:
-                break
-            ids, obs, rew, *_ = env.recv()
-            marked += ids[env.failed[ids]].tolist() or [-1]
-            env.send(np.zeros(2, np.int64), ids)
+        recv_until(env, note)
     finally:
         env.close()
-    assert [i for i in marked if i >= 0] == [2] and env.num_failures == 1
+    # Each new FailingCartPole fails at its second step again.
+    assert marked == [2, 2] and env.num_failures == 2
 
 
 def test_a_killed_worker_is_an_error_naming_it_and_its_sub_envs():
@@ -274,6 +291,62 @@ def test_a_killed_worker_is_an_error_naming_it_and_its_sub_envs():
     assert info.value.worker_index == 1 and info.value.sub_env_indices == [2, 3]
     assert isinstance(info.value, SubEnvError)
     assert env.closed and not mp.active_children()
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_a_killed_worker_is_replaced_when_restarting_failed_sub_envs(batch_size):
+    env = SharedMemoryVectorEnv(
+        cartpole_fns(4), num_workers=2, batch_size=batch_size, restart_failed=True
+    )
+    try:
+        old_pid = env.processes[1].pid
+        if batch_size is None:
+            env.reset(seed=0)
+        else:
+            env.async_reset(seed=0)
+            for _ in range(2):  # both shares received, then sent again
+                ids, *_ = env.recv()
+                env.send(np.zeros(2, np.int64), ids)
+        os.kill(old_pid, signal.SIGKILL)
+        if batch_size is None:
+            obs, rew, te, tr, _ = env.step(np.zeros(4, np.int64))
+            ids = np.arange(4)
+        else:
+            ids, obs, rew, te, tr, _ = recv_until(env, lambda results: env.failed.any())
+        assert env.failed.tolist() == [False, False, True, True]
+        assert [i for i, _ in env.last_errors] == [2, 3]
+        assert all(isinstance(e, VectorEnvWorkerDiedError) for _, e in env.last_errors)
+        rows = np.isin(ids, [2, 3])
+        assert (rew[rows] == 0).all() and not te[rows].any() and not tr[rows].any()
+        assert (np.abs(obs[rows]) <= 0.05).all()  # CartPole's start states
+        assert env.processes[1].pid != old_pid and env.processes[1].is_alive()
+        if batch_size is None:
+            env.step(np.zeros(4, np.int64))
+            assert not env.failed.any()
+    finally:
+        env.close()
+    assert not mp.active_children()
+
+
+def test_runner_goes_on_after_a_worker_is_killed():
+    config = (
+        AlgorithmConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_envs_per_env_runner=4, gym_env_vectorize_mode="shared_memory")
+        .fault_tolerance(restart_failed_sub_environments=True)
+        .debugging(seed=0)
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        runner.sample(num_timesteps=100)
+        os.kill(runner.env.processes[0].pid, signal.SIGKILL)
+        episodes = runner.sample(num_timesteps=200)
+        assert sum(len(e) for e in episodes) >= 200
+        for e in episodes:
+            assert len(e.get_observations()) == len(e) + 1
+    finally:
+        runner.stop()
+    assert not mp.active_children()
 
 
 def test_close_stops_every_worker_and_leaves_no_shared_memory():

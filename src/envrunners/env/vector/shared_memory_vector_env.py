@@ -300,6 +300,10 @@ def _worker_main(
                 data = conn.recv()
                 if cmd == _RESET:
                     worker.reset(data[0], data[1], msg)
+                    if len(data) > 2:  # a respawned worker: its sub-envs count as failed
+                        for j in range(len(worker.envs)):
+                            text = f"{type(data[2]).__name__}: {data[2]}"
+                            msg.setdefault("failed", []).append((j, "step", text, "", data[2]))
                 elif cmd == _RESTART:
                     j, error = data
                     obs, info = worker.restart(j, error, "step", msg)
@@ -451,6 +455,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         #: Per worker: told to step and not consumed by ``recv``/``step`` yet.
         self._in_flight = np.zeros(w, dtype=np.bool_)
         self._tokens = 0  # "done" releases acquired but not matched to a consumed worker
+        self._checked_at = time.monotonic()  # when workers were last checked to be alive
         self._last_recv: tuple[Any, list[int]] | None = None
         #: Sub-envs recreated (after an exception) during the last reset/step/recv.
         self.failed = np.zeros(n, dtype=np.bool_)
@@ -458,46 +463,62 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self.num_failures = 0
         #: (index, exception) of every failure in the last call, for logging/metrics.
         self.last_errors: list[tuple[int, BaseException]] = []
+        self._ctx = ctx
         try:
-            for k, share in enumerate(self.shares):
-                parent, child = ctx.Pipe(duplex=True)
-                fns = CloudpickleWrapper([self.env_fns[i] for i in share])
-                proc = ctx.Process(
-                    target=_worker_main,
-                    name=f"SharedMemoryVectorEnv-worker-{k}",
-                    args=(
-                        k,
-                        int(share[0]),
-                        fns,
-                        self._buf,
-                        self._layout,
-                        self._go[k],
-                        self._done,
-                        child,
-                        parent,
-                        os.getpid(),
-                        restart_failed,
-                    ),
-                    daemon=True,
-                )
-                proc.start()
-                child.close()
-                self._conns.append(parent)
-                self.processes.append(proc)
-            for k, conn in enumerate(self._conns):
-                try:
-                    status, payload = conn.recv()
-                except (EOFError, OSError):
-                    self._worker_died(k, "building its sub-envs")
-                if status == "err":
-                    raise SubEnvError(
-                        f"raised {payload[0]} while being built (in worker {k})",
-                        sub_env_index=int(self.shares[k][0]),
-                        remote_traceback=payload[1],
-                    )
+            for k in range(w):
+                self._conns.append(None)
+                self.processes.append(None)
+                self._start_worker(k)
+            for k in range(w):
+                self._await_built(k)
         except BaseException:
             self.close(terminate=True)
             raise
+
+    def _start_worker(self, k: int) -> None:
+        """Start worker ``k``'s process (it builds its share's sub-envs and says so)."""
+        parent, child = self._ctx.Pipe(duplex=True)
+        share = self.shares[k]
+        proc = self._ctx.Process(
+            target=_worker_main,
+            name=f"SharedMemoryVectorEnv-worker-{k}",
+            args=(
+                k,
+                int(share[0]),
+                CloudpickleWrapper([self.env_fns[i] for i in share]),
+                self._buf,
+                self._layout,
+                self._go[k],
+                self._done,
+                child,
+                parent,
+                os.getpid(),
+                self.restart_failed,
+            ),
+            daemon=True,
+        )
+        proc.start()
+        child.close()
+        self._conns[k] = parent
+        self.processes[k] = proc
+
+    def _await_built(self, k: int) -> None:
+        """Wait for worker ``k`` to have built its sub-envs.
+
+        Raises:
+            SubEnvError: one of them raised while being built.
+            VectorEnvWorkerDiedError: the worker died first.
+        """
+        try:
+            status, payload = self._conns[k].recv()
+        except (EOFError, OSError):
+            self._worker_died(k, "building its sub-envs", respawn=False)
+        if status == "err":
+            raise SubEnvError(
+                f"raised {payload[0]} while being built (in worker {k})",
+                sub_env_index=int(self.shares[k][0]),
+                remote_traceback=payload[1],
+            )
 
     def _read_spaces(self, obs_space: gym.Space | None, act_space: gym.Space | None) -> None:
         """Spaces and metadata from the caller, or from a sub-env built here and closed."""
@@ -536,37 +557,72 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
                 try:
                     self._conns[k].send(payloads[n])
                 except (BrokenPipeError, OSError):
-                    self._worker_died(k, "receiving a command")
+                    self._worker_died(k, "receiving a command", respawn=False)
             cmd_arr[k] = cmd
             in_flight[k] = True
             go[k].release()
 
     def _acquire(self, count: int, what: str) -> None:
-        """Take ``count`` "done" releases, checking every poll that in-flight workers live."""
+        """Take ``count`` "done" releases, checking every poll that in-flight workers live.
+
+        Ready-first receiving may never starve while one worker is dead (the others
+        keep answering), so their liveness is also checked every ``_PARENT_POLL_S``.
+        """
         done = self._done
+        now = time.monotonic()
+        if now - self._checked_at > _PARENT_POLL_S:
+            self._checked_at = now
+            self._check_alive(what)
         while self._tokens < count:
             if done.acquire(timeout=_PARENT_POLL_S):
                 self._tokens += 1
                 continue
-            for k in np.flatnonzero(self._in_flight & (self._ready == 0)).tolist():
-                if self.processes[k].exitcode is not None:
-                    self._worker_died(k, what)
+            self._check_alive(what)
 
-    def _worker_died(self, k: int, what: str) -> None:
+    def _check_alive(self, what: str) -> None:
+        """Handle (``_worker_died``) every dead worker that was told to work and has not answered."""
+        for k in np.flatnonzero(self._in_flight & (self._ready == 0)).tolist():
+            if self.processes[k].exitcode is not None:
+                self._worker_died(k, what)
+
+    def _worker_died(self, k: int, what: str, *, respawn: bool = True) -> None:
+        """Worker ``k`` is gone: with ``restart_failed`` (and ``respawn``) start a new one
+        whose reset sub-envs count as failed in the call that waits for them; otherwise
+        shut the env down and raise ``VectorEnvWorkerDiedError``."""
         proc = self.processes[k] if k < len(self.processes) else None
-        code = None
+        code = pid = None
         if proc is not None:
             proc.join(0.1)
-            code = proc.exitcode
+            code, pid = proc.exitcode, proc.pid
         ids = self.shares[k]
-        pid = proc.pid if proc is not None else None
-        self.close(terminate=True)
-        raise VectorEnvWorkerDiedError(
+        error = VectorEnvWorkerDiedError(
             f"worker {k} (pid {pid}, sub-envs {int(ids[0])}..{int(ids[-1])}) died with exit "
-            f"code {code} while {what}; the vector env was shut down.",
+            f"code {code} while {what}",
             worker_index=k,
             sub_env_indices=[int(i) for i in ids],
         )
+        if respawn and self.restart_failed and not self.closed:
+            self._respawn(k, error)
+            return
+        self.close(terminate=True)
+        error.args = (f"{error.args[0]}; the vector env was shut down.",)
+        raise error
+
+    def _respawn(self, k: int, error: VectorEnvWorkerDiedError) -> None:
+        """Replace dead worker ``k``: a new process builds and resets its sub-envs, and
+        reports each as failed with ``error`` when it answers (like a recreated sub-env)."""
+        old = self.processes[k]
+        try:
+            self._conns[k].close()
+            old.close()
+        except (OSError, ValueError):  # pragma: no cover
+            pass
+        self._go[k] = self._ctx.Semaphore(0)  # the dead worker may have left a token
+        self._ready[k] = 0
+        self._start_worker(k)
+        self._await_built(k)
+        seeds = [None] * len(self.shares[k])
+        self._command([k], _RESET, [(seeds, None, error)])
 
     def _consume(self, workers: Sequence[int], infos: list, rows: Sequence[int], what: str) -> None:
         """Mark ``workers`` consumed and apply their pipe messages.
@@ -582,8 +638,8 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
                 continue
             try:
                 msg = self._conns[k].recv()
-            except (EOFError, OSError):
-                self._worker_died(k, what)
+            except (EOFError, OSError):  # its results are in; their message is lost
+                self._worker_died(k, what, respawn=False)
             lo = int(self.shares[k][0])
             for j, info in msg.get("infos", ()):
                 infos[row + j] = info
@@ -872,6 +928,8 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
     def close_extras(self, *, terminate: bool = False, timeout: float = 5.0, **kwargs: Any) -> None:
         """Stop every worker (terminating those still alive after ``timeout``) and free the
         shared buffer."""
+        self.processes = [p for p in self.processes if p is not None]
+        self._conns = [c for c in self._conns if c is not None]
         if not terminate:
             for k, proc in enumerate(self.processes):
                 if proc.is_alive():
