@@ -147,7 +147,7 @@ def _describe(err: BaseException) -> tuple[str, str, BaseException | None]:
         sent: BaseException | None = err
     except Exception:  # noqa: BLE001 - sent as text instead
         sent = None
-    return f"{type(err).__name__}: {err}", traceback.format_exc(), sent
+    return f"{type(err).__name__}: {err}", "".join(traceback.format_exception(err)), sent
 
 
 class _Worker:
@@ -456,6 +456,8 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self._in_flight = np.zeros(w, dtype=np.bool_)
         self._tokens = 0  # "done" releases acquired but not matched to a consumed worker
         self._checked_at = time.monotonic()  # when workers were last checked to be alive
+        self._all_workers = list(range(w))
+        self._first_rows = [int(share[0]) for share in self.shares]
         self._last_recv: tuple[Any, list[int]] | None = None
         #: Sub-envs recreated (after an exception) during the last reset/step/recv.
         self.failed = np.zeros(n, dtype=np.bool_)
@@ -687,19 +689,19 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
     def _all(self, cmd: int, payloads: Sequence[Any] | None, what: str) -> list:
         """Run ``cmd`` on every worker and wait for all; the per-sub-env infos/results."""
         self._check_open()
-        if self._in_flight.any() and not self.is_async:  # left by an interrupted call
-            self._drain()
         if self._in_flight.any():
-            raise RuntimeError(
-                f"SharedMemoryVectorEnv: {what} while sub-envs "
-                f"{np.flatnonzero(self._in_flight[self.worker_of]).tolist()} are stepping; "
-                "recv() them first."
-            )
-        workers = list(range(self.num_workers))
+            if self.is_async:
+                raise RuntimeError(
+                    f"SharedMemoryVectorEnv: {what} while sub-envs "
+                    f"{np.flatnonzero(self._in_flight[self.worker_of]).tolist()} are stepping; "
+                    "recv() them first."
+                )
+            self._drain()  # left by an interrupted call
+        workers = self._all_workers
         self._command(workers, cmd, payloads)
         self._acquire(self.num_workers, what)
         infos: list = [{} for _ in range(self.num_envs)]
-        self._consume(workers, infos, [int(s[0]) for s in self.shares], what)
+        self._consume(workers, infos, self._first_rows, what)
         return infos
 
     def _drain(self) -> None:
