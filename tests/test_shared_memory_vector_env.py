@@ -127,6 +127,21 @@ def test_sync_api_gives_gymnasium_sync_vector_env_batches(make):
         ref.close()
 
 
+def test_spawned_workers_give_the_same_batches():
+    """Another start method: the env functions and the shared buffer travel pickled."""
+    ref = gym.vector.SyncVectorEnv(cartpole_fns(2), autoreset_mode=NEXT_STEP)
+    env = SharedMemoryVectorEnv(cartpole_fns(2), num_workers=2, context="spawn")
+    try:
+        np.testing.assert_array_equal(env.reset(seed=4)[0], ref.reset(seed=4)[0])
+        for t in range(40):
+            out, ref_out = env.step([t % 2, 0]), ref.step([t % 2, 0])
+            for x, y in zip(out[:4], ref_out[:4], strict=True):
+                np.testing.assert_array_equal(x, y)
+    finally:
+        env.close()
+        ref.close()
+
+
 def sync_reference(make, n, seed, script, steps):
     """Per sub-env: ``steps + 1`` (obs, reward, terminated, truncated, info) of the synchronous
     run where sub-env ``i`` takes ``script[i, t]`` at its step ``t``."""
