@@ -7,12 +7,20 @@ sub-env per call (``shm_step``), and its ready-first ``recv``/``send`` loop with
 ``batch_size = num_envs // 2`` (``shm_recv_send``). Workers: one per core (the default).
 Actions are fixed random ones; no policy runs, so this is the env side's ceiling.
 
+``signal_*`` records time one parent-worker round trip carrying a CartPole-sized result
+(8 sub-envs: observations, rewards, flags; 208 bytes) the ways the env could signal:
+the bytes through a pipe (``signal_pipe``), or written to shared memory with a semaphore
+(``signal_semaphore``, what ``SharedMemoryVectorEnv`` does) or an ``Event``
+(``signal_event``) each way.
+
     python benchmarks/w1b_shared_memory.py [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import multiprocessing as mp
 from functools import partial
 
 import gymnasium as gym
@@ -97,8 +105,89 @@ def _measure(variant: str, env_id: str, n: int, timesteps: int, repeats: int) ->
         env.close()
 
 
+_PAYLOAD = 8 * 4 * 4 + 8 * 8 + 2 * 8  # CartPole x 8: float32 obs, float64 rewards, flags
+
+
+def _pipe_worker(conn) -> None:
+    while conn.recv_bytes() != b"q":
+        conn.send_bytes(bytes(_PAYLOAD))
+
+
+def _semaphore_worker(buf, go, done) -> None:
+    view = np.frombuffer(buf, dtype=np.uint8)
+    while go.acquire(timeout=1.0):
+        view[:] = 1
+        done.release()
+
+
+def _event_worker(buf, go, done) -> None:
+    view = np.frombuffer(buf, dtype=np.uint8)
+    while go.wait(timeout=1.0):
+        go.clear()
+        view[:] = 1
+        done.set()
+
+
+def _signalling(repeats: int, trips: int = 5000):
+    """Round trips per second of each signalling way (parent <-> one worker process)."""
+    ctx = mp.get_context("fork")
+    buf = ctx.RawArray(ctypes.c_uint8, _PAYLOAD)
+    out = np.frombuffer(buf, dtype=np.uint8)
+    parent, child = ctx.Pipe()
+    go, done = ctx.Semaphore(0), ctx.Semaphore(0)
+    ev_go, ev_done = ctx.Event(), ctx.Event()
+
+    def pipe_trips() -> int:
+        for _ in range(trips):
+            parent.send_bytes(b"s")
+            out[:] = np.frombuffer(parent.recv_bytes(), dtype=np.uint8)
+        return trips
+
+    def semaphore_trips() -> int:
+        for _ in range(trips):
+            go.release()
+            done.acquire()
+            out.copy()
+        return trips
+
+    def event_trips() -> int:
+        for _ in range(trips):
+            ev_go.set()
+            ev_done.wait()
+            ev_done.clear()
+            out.copy()
+        return trips
+
+    ways = (
+        ("signal_pipe", _pipe_worker, (child,), pipe_trips),
+        ("signal_semaphore", _semaphore_worker, (buf, go, done), semaphore_trips),
+        ("signal_event", _event_worker, (buf, ev_go, ev_done), event_trips),
+    )
+    for name, target, args, loop in ways:
+        proc = ctx.Process(target=target, args=args, daemon=True)
+        proc.start()
+        try:
+            stats = median_rate(loop, repeats=repeats)
+        finally:
+            if name == "signal_pipe":
+                parent.send_bytes(b"q")
+            proc.join(3.0)
+            if proc.is_alive():
+                proc.terminate()
+        yield {
+            "workload": WORKLOAD,
+            "target": "envrunners",
+            "variant": name,
+            "payload_bytes": _PAYLOAD,
+            "round_trips_per_s": stats["per_s_median"],
+            "us_per_round_trip": 1e6 / stats["per_s_median"],
+            **{k: v for k, v in stats.items() if k != "per_s_median"},
+        }
+
+
 def run(target: str = "envrunners", repeats: int = 5):
-    """Yield one record per (env, variant)."""
+    """Yield one record per signalling way, then per (env, variant)."""
+    yield from _signalling(repeats)
     for env_id, n, timesteps in SETTINGS:
         if not _available(env_id):
             yield {"workload": WORKLOAD, "env": env_id, "skipped": "ale_py is not installed"}

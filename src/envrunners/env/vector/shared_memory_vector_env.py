@@ -6,8 +6,9 @@ one shared buffer (a ``multiprocessing`` ``RawArray``, one row per sub-env per
 field, ``Dict``/``Tuple`` observation and action spaces as one array per leaf),
 so a step moves no array through a pipe. A command is a semaphore release per
 worker; a finished share is a flag, a time stamp and one release of a shared
-"done" semaphore (a semaphore round trip measured about 3x faster than a pipe's,
-and an ``Event``'s slower still). Only non-empty infos, sub-env failures and the
+"done" semaphore: for a CartPole-sized result a semaphore round trip measured about
+3x faster than a pipe's, an ``Event``'s slower still (``benchmarks/w1b_shared_memory.py``,
+``signal_*``; on a loaded 2-core machine). Only non-empty infos, sub-env failures and the
 answers to ``call``/``reset`` travel over each worker's pipe, after the results.
 Idle waits block (with a timeout that checks the other side is still alive):
 no core spins.
