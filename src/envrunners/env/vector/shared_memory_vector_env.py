@@ -39,7 +39,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import CloudpickleWrapper, batch_space
 
-from envrunners.env.vector._sub_env_lifecycle import recreate_sub_env, sub_env_seeds
+from envrunners.env.vector._sub_env_lifecycle import (
+    recreate_sub_env,
+    stop_worker_processes,
+    sub_env_seeds,
+)
 from envrunners.errors import ConfigError, SubEnvError, VectorEnvWorkerDiedError
 from envrunners.utils.failure_log import FAILURE_LOG
 
@@ -938,20 +942,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
                 if proc.is_alive():
                     self._cmd[k] = _CLOSE
                     self._go[k].release()
-        deadline = time.monotonic() + (0.0 if terminate else timeout)
-        for proc in self.processes:
-            proc.join(max(0.0, deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(1.0)
-            if proc.is_alive():  # pragma: no cover - ignores SIGTERM
-                proc.kill()
-                proc.join(1.0)
-        for conn in self._conns:
-            try:
-                conn.close()
-            except OSError:  # pragma: no cover
-                pass
+        stop_worker_processes(self.processes, self._conns, 0.0 if terminate else timeout)
         for proc in self.processes:
             try:
                 proc.close()
