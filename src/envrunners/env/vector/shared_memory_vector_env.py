@@ -19,7 +19,9 @@ ignores its action and returns its reset observation with reward 0 and both
 flags False), ``infos`` as a list of per-sub-env dicts, and, when
 ``batch_size < num_envs``, ``async_reset()``/``recv()``/``send()`` acting on the
 sub-envs that are ready first. Sub-env failures follow ``FastSyncVectorEnv``
-(``restart_failed``, ``failed``, ``last_errors``, ``restart_sub_env``).
+(``restart_failed``, ``failed``, ``last_errors``, ``restart_sub_env``); a worker
+process that dies is replaced under ``restart_failed`` (its sub-envs reported as
+failed), else it is a ``VectorEnvWorkerDiedError`` naming it and its sub-envs.
 """
 
 from __future__ import annotations
