@@ -31,6 +31,7 @@ value, what was expected and, where there is one, the fix::
     ├── BatchTypeError(TypeError, AssertionError) a non-batch value where a batch belongs
     ├── ColumnKeyError(KeyError)     a batch column that is missing or forbidden
     ├── SubEnvError(RuntimeError)    a sub-env in a worker process raised, died or hung
+    │   └── VectorEnvWorkerDiedError a shared-memory vector env's worker process died
     ├── ModuleActingError(ValueError) an RLModule's acting inputs or outputs are unusable
     ├── ConnectorError(ValueError)   a connector returned no batch or lacks what it reads
     ├── EnvError(ValueError)         an env is not valid (``ray.rllib.utils.error``)
@@ -84,6 +85,7 @@ __all__ = [
     "SpaceError",
     "StepFailedRecreateEnvError",
     "SubEnvError",
+    "VectorEnvWorkerDiedError",
     "UnencodableValueError",
     "UnknownEnvError",
     "UnknownLoggerError",
@@ -443,3 +445,23 @@ class NonFiniteModuleOutputError(NonFiniteValueError):
     def __init__(self, message: str, *, module_id: object):
         self.module_id = module_id
         super().__init__(message)
+
+
+# -- env/vector: shared-memory vector env (issue 17) -------------------------------------------
+
+
+class VectorEnvWorkerDiedError(SubEnvError):
+    """A ``SharedMemoryVectorEnv`` worker process died; names the worker and its sub-envs.
+
+    Attributes:
+        worker_index: Which worker process.
+        sub_env_indices: The sub-envs it stepped (``sub_env_index`` is the first).
+    """
+
+    def __init__(self, message: str, *, worker_index: int, sub_env_indices: list[int]):
+        self.worker_index = worker_index
+        self.sub_env_indices = list(sub_env_indices)
+        super().__init__(message, sub_env_index=self.sub_env_indices[0])
+
+    def __reduce__(self):  # keep the keyword attributes across processes (Ray)
+        return (_rebuild_error, (type(self), self.args, self.__dict__))

@@ -200,16 +200,17 @@ def rollout_fragment_length(name: str, value: Any) -> int | str:
 
 
 def vectorize_mode(name: str, value: Any) -> str:
-    """Accept ``"sync"``, ``"async"``, ``"vector_entry_point"``, ``"envpool"`` or a
-    ``gymnasium.VectorizeMode``."""
+    """Accept ``"sync"``, ``"async"``, ``"vector_entry_point"``, ``"envpool"``,
+    ``"shared_memory"`` or a ``gymnasium.VectorizeMode``."""
     if isinstance(value, enum.Enum):
         value = value.value
-    modes = ("sync", "async", "vector_entry_point", "envpool")
+    modes = ("sync", "async", "vector_entry_point", "envpool", "shared_memory")
     if isinstance(value, str) and value.lower() in modes:
         return value.lower()
     hint = suggest(value, modes, n=1) if isinstance(value, str) else ""
     raise ConfigError(
-        f"{name} must be one of 'sync', 'async', 'vector_entry_point', 'envpool' "
+        f"{name} must be one of 'sync', 'async', 'vector_entry_point', 'envpool', "
+        "'shared_memory' "
         f"(or a gymnasium.VectorizeMode), got {value!r}.{hint}"
     )
 

@@ -183,7 +183,8 @@ class AlgorithmConfig:
             **kwargs: ``num_env_runners``, ``num_envs_per_env_runner`` (int > 0),
                 ``rollout_fragment_length`` (int > 0 or ``"auto"``), ``batch_mode``
                 (``"truncate_episodes"``/``"complete_episodes"``), ``explore``,
-                ``gym_env_vectorize_mode`` (``"sync"``/``"async"``/``"vector_entry_point"``),
+                ``gym_env_vectorize_mode`` (``"sync"``/``"async"``/``"vector_entry_point"``/
+                ``"envpool"``/``"shared_memory"``),
                 ``sample_timeout_s``, ``observation_filter``, ``remote_worker_envs``,
                 ``create_env_on_local_worker``, ``num_cpus_per_env_runner``,
                 ``max_requests_in_flight_per_env_runner``, ``episode_lookback_horizon``,

@@ -31,6 +31,7 @@ from envrunners.env.registry import (
 )
 from envrunners.env.vector.envpool_vector_env import envpool_from_config, is_envpool_id
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
+from envrunners.env.vector.shared_memory_vector_env import SharedMemoryVectorEnv
 from envrunners.errors import ConfigError, EnvCreatorError, SpaceError
 from envrunners.sampling.buffers import RecurrentState, tree_map
 
@@ -92,7 +93,8 @@ def make_vector_env(
     the creator once with ``num_envs`` and expects a gymnasium ``VectorEnv`` (a gymnasium
     id with a vector entry point goes through ``gym.make_vec``, as in RLlib); ``envpool``
     (or an ``"envpool:<task>"`` env id) steps EnvPool's C++ sub-envs, ``env_config``
-    being ``envpool.make``'s options.
+    being ``envpool.make``'s options; ``shared_memory`` steps the sub-envs in worker
+    processes (one per core) that write their results into shared memory.
     """
     ctx = make_env_context(config, worker_index, num_workers)
     n = int(config.num_envs_per_env_runner)
@@ -126,9 +128,19 @@ def make_vector_env(
             fns, shared_memory=True, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP
         )
         return _infos_as_list(env), ctx
+    if mode == "shared_memory":
+        return _shared_memory_env(config, fns), ctx
     raise ConfigError(
         f"gym_env_vectorize_mode={config.gym_env_vectorize_mode!r} is not one of "
-        "'sync', 'async', 'vector_entry_point', 'envpool'."
+        "'sync', 'async', 'vector_entry_point', 'envpool', 'shared_memory'."
+    )
+
+
+def _shared_memory_env(config: Any, fns: list[Callable[[], gym.Env]]) -> SharedMemoryVectorEnv:
+    """``SharedMemoryVectorEnv`` stepping every sub-env per call (``batch_size == num_envs``),
+    one worker process per core, recreating failed sub-envs if the config says so."""
+    return SharedMemoryVectorEnv(
+        fns, restart_failed=bool(config.restart_failed_sub_environments), copy=False
     )
 
 

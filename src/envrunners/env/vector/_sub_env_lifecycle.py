@@ -17,7 +17,13 @@ import numpy as np
 from envrunners.errors import StepFailedRecreateEnvError
 from envrunners.utils.failure_log import FAILURE_LOG
 
-__all__ = ["MAX_SUB_ENV_RESTART_ATTEMPTS", "recreate_sub_env", "sub_env_seeds", "tag_sub_env"]
+__all__ = [
+    "MAX_SUB_ENV_RESTART_ATTEMPTS",
+    "recreate_sub_env",
+    "stop_worker_processes",
+    "sub_env_seeds",
+    "tag_sub_env",
+]
 
 
 #: A sub-env that keeps failing right after being recreated is given up on after
@@ -96,3 +102,22 @@ def recreate_sub_env(
         f"Sub-environment {index} could not be recreated after {attempts} attempts; "
         f"last error: {last!r}"
     ) from last
+
+
+def stop_worker_processes(processes: list[Any], pipes: list[Any], timeout_s: float) -> None:
+    """Join worker ``processes`` (already told to exit) for up to ``timeout_s`` in all,
+    terminate (then kill) those still alive, and close their ``pipes``."""
+    deadline = time.monotonic() + timeout_s
+    for proc in processes:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(1.0)
+        if proc.is_alive():  # pragma: no cover - ignores SIGTERM
+            proc.kill()
+            proc.join(1.0)
+    for pipe in pipes:
+        try:
+            pipe.close()
+        except OSError:  # pragma: no cover
+            pass

@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 from gymnasium.vector.utils import CloudpickleWrapper
 
+from envrunners.env.vector._sub_env_lifecycle import stop_worker_processes
 from envrunners.env.vector.vector_multi_agent_env import (
     VectorMultiAgentEnv,
     autoreset_step,
@@ -309,20 +310,7 @@ class AsyncVectorMultiAgentEnv(VectorMultiAgentEnv):
                         pipe.send(("close", None))
                     except (BrokenPipeError, OSError):
                         pass
-        deadline = time.monotonic() + (0.0 if terminate else timeout)
-        for proc in self.processes:
-            proc.join(max(0.0, deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(1.0)
-            if proc.is_alive():  # pragma: no cover - ignores SIGTERM
-                proc.kill()
-                proc.join(1.0)
-        for pipe in self._pipes:
-            try:
-                pipe.close()
-            except OSError:  # pragma: no cover
-                pass
+        stop_worker_processes(self.processes, self._pipes, 0.0 if terminate else timeout)
 
     def __del__(self) -> None:
         try:
