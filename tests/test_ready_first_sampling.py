@@ -231,6 +231,10 @@ def collect(sampler, calls, timesteps, act_fn, lookbacks=None, **kw):
     return per_env
 
 
+def _equal_prefix(m, where):
+    return lambda x, y: np.testing.assert_array_equal(x[:m], y[:m], where)
+
+
 def assert_same_trajectories(sync_eps, async_eps, min_episodes=2, extras=("vf_preds",)):
     """Each sub-env's episodes agree as far as both runs got (the open one as a prefix)."""
     compared = 0
@@ -242,9 +246,7 @@ def assert_same_trajectories(sync_eps, async_eps, min_episodes=2, extras=("vf_pr
                 assert s["len"] == a["len"] and s["flags"] == a["flags"], where
                 compared += 1
             obs_s, obs_a = _concat(s["obs"]), _concat(a["obs"])
-            tree_map(
-                lambda x, y: np.testing.assert_array_equal(x[: m + 1], y[: m + 1]), obs_s, obs_a
-            )
+            tree_map(_equal_prefix(m + 1, where), obs_s, obs_a)
             np.testing.assert_array_equal(
                 np.concatenate(s["actions"])[:m], np.concatenate(a["actions"])[:m], where
             )
@@ -254,7 +256,7 @@ def assert_same_trajectories(sync_eps, async_eps, min_episodes=2, extras=("vf_pr
             for key in extras:
                 x = _concat([e[key] for e in s["extras"]])
                 y = _concat([e[key] for e in a["extras"]])
-                tree_map(lambda u, v: np.testing.assert_array_equal(u[:m], v[:m], where), x, y)
+                tree_map(_equal_prefix(m, where), x, y)
             assert s["infos"][:m] == a["infos"][:m], where
     assert compared >= min_episodes * len(sync_eps)
 
