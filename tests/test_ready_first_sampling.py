@@ -27,9 +27,10 @@ from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
 from envrunners.env import runner_setup
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
-from envrunners.errors import ConfigError
+from envrunners.errors import ConfigError, NonFiniteEnvDataError
 from envrunners.sampling._overlap_choice import MIN_COST_S, available_cpus, choose_overlap
 from envrunners.sampling.buffers import RecurrentState, tree_map
+from envrunners.sampling.finite_checks import ObsRewardCheck
 from envrunners.sampling.single_agent import SingleAgentSampler
 
 SO = Columns.STATE_OUT
@@ -73,11 +74,12 @@ class ShuffledReadyEnv(gym.vector.VectorEnv):
 
     ``fail_on`` maps a sub-env to its step counts at which it raises; that sub-env is then
     recreated and reset, and ``failed``/``last_errors`` report it on that ``recv()``.
+    ``nan_on`` likewise gives NaN rewards.
     """
 
     is_async = True
 
-    def __init__(self, fns, batch_size, order_seed=0, fail_on=None):
+    def __init__(self, fns, batch_size, order_seed=0, fail_on=None, nan_on=None):
         self.fns = fns
         self.envs = [fn() for fn in fns]
         self.num_envs = len(self.envs)
@@ -89,14 +91,16 @@ class ShuffledReadyEnv(gym.vector.VectorEnv):
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
         self.rng = np.random.default_rng(order_seed)
         self.fail_on = fail_on or {}
+        self.nan_on = nan_on or {}  # sub-env -> its step counts that return a NaN reward
         self.steps = [0] * self.num_envs
         self.failed = np.zeros(self.num_envs, np.bool_)
         self.last_errors: list = []
         self.ready: dict = {}
         self.done = [False] * self.num_envs
+        self.awaiting: set[int] = set()  # received, not yet sent an action
 
     def async_reset(self, *, seed=None):
-        self.ready = {}
+        self.ready, self.awaiting = {}, set()
         for i, env in enumerate(self.envs):
             obs, info = env.reset(seed=None if seed is None else seed + i)
             self.ready[i] = (obs, 0.0, False, False, info, False)
@@ -104,7 +108,8 @@ class ShuffledReadyEnv(gym.vector.VectorEnv):
 
     def send(self, actions, env_ids):
         for j, i in enumerate(np.asarray(env_ids).tolist()):
-            assert i not in self.ready, f"sub-env {i} was sent an action twice"
+            assert i in self.awaiting, f"sub-env {i} was sent an action it did not wait for"
+            self.awaiting.discard(i)
             failed = False
             if self.done[i]:
                 obs, info = self.envs[i].reset()
@@ -117,12 +122,15 @@ class ShuffledReadyEnv(gym.vector.VectorEnv):
                     r, te, tr, failed = 0.0, False, False, True
                 else:
                     obs, r, te, tr, info = self.envs[i].step(actions[j])
+                    if self.steps[i] in self.nan_on.get(i, ()):
+                        r = float("nan")
             self.done[i] = te or tr
             self.ready[i] = (obs, r, te, tr, info, failed)
 
     def recv(self):
         ids = self.rng.permutation(sorted(self.ready))[: self.batch_size]
         rows = [self.ready.pop(int(i)) for i in ids]
+        self.awaiting.update(ids.tolist())
         self.failed[:] = False
         self.last_errors = []
         for i, row in zip(ids, rows, strict=True):
@@ -203,6 +211,8 @@ def collect(sampler, calls, timesteps, act_fn, lookbacks=None, **kw):
         result = sampler.run(act_fn=act_fn, explore=False, num_timesteps=timesteps, **kw)
         assert timesteps <= result.env_steps <= timesteps + n - 1
         assert result.env_steps == sum(len(e) for e in result.episodes)
+        if isinstance(sampler.env, ShuffledReadyEnv):  # every received sub-env was sent on
+            assert not sampler.env.awaiting
         pairs = list(zip(result.done_env_index, result.done, strict=True))
         pairs += list(zip(result.ongoing_env_index, result.ongoing, strict=True))
         for i, chunk in pairs:
@@ -309,6 +319,12 @@ def test_random_actions_and_episode_mode():
         t = e.get_observations()["t"][:, 0]
         assert e.is_done and len(t) == len(e) + 1
         np.testing.assert_array_equal(t, np.arange(e.t_started, e.t_started + len(e) + 1))
+    assert not env.awaiting
+    result = sampler.run(act_fn=walk_act, explore=False, num_timesteps=30)  # goes on
+    assert 30 <= result.env_steps <= 33 and not env.awaiting
+    for e in result.episodes:
+        t = e.get_observations()["t"][:, 0]
+        np.testing.assert_array_equal(t, np.arange(t[0], t[0] + len(e) + 1))
 
 
 # -- recurrent state follows its env ----------------------------------------------------
@@ -434,6 +450,18 @@ def test_sub_env_failures_drop_only_their_episode():
             t = e.get_observations()["t"][:, 0]
             np.testing.assert_array_equal(t, np.arange(e.t_started, e.t_started + len(e) + 1))
     assert total_failures == 3 and 1 <= dropped <= 3
+
+
+def test_non_finite_reward_names_the_sub_env_and_its_episode_step():
+    env = ShuffledReadyEnv([DictWalkEnv] * 3, batch_size=2, nan_on={2: (2,)})
+    sampler = make_sampler(env)
+    sampler.finite_check = ObsRewardCheck(env.single_observation_space)
+    with pytest.raises(
+        NonFiniteEnvDataError, match="sub-environment 2 returned a non-finite"
+    ) as info:
+        sampler.run(act_fn=walk_act, explore=False, num_timesteps=200)
+    assert info.value.sub_env_index == 2 and info.value.column == "rewards"
+    assert info.value.step == env.envs[2].t  # the step of its episode that gave the NaN
 
 
 def test_whole_env_failure_recreates_and_restarts_the_call():

@@ -125,6 +125,8 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
             return
         if not runner_setup.auto_overlap_applies(config, self._env_context, self.num_envs):
             return
+        if self._env_to_module.reads_episodes:  # needs every sub-env at every step
+            return
         recurrent = self._sampler.recurrent
 
         def forward(obs: Any) -> None:

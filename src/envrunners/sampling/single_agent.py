@@ -628,14 +628,14 @@ class SingleAgentSampler:
         valid back to its episode's first row. One fancy-index copy per column.
         """
         base, n = self._base, self.num_envs
-        if episode_mode:  # the next call resets
+        if episode_mode:  # no lookback after an episode-mode call (as in the sync loop)
             self._lb_len = [0] * n
-            return
-        lb = np.asarray(self._lb_len, np.int64)
-        first = np.where(seg_start == base, seg_start - lb, seg_start)
-        lb_len = np.minimum(base, ptr - first)
-        lb_len[self._pending | self._fresh] = 0
-        self._lb_len = lb_len.tolist()
+        else:
+            lb = np.asarray(self._lb_len, np.int64)
+            first = np.where(seg_start == base, seg_start - lb, seg_start)
+            lb_len = np.minimum(base, ptr - first)
+            lb_len[self._pending | self._fresh] = 0
+            self._lb_len = lb_len.tolist()
         if end == base:
             return
         rows = ptr[None, :] + np.arange(-base, 1)[:, None]
