@@ -21,6 +21,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from torch import nn
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.connectors.connector_v2 import ConnectorV2
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
@@ -464,25 +465,27 @@ def test_non_finite_reward_names_the_sub_env_and_its_episode_step():
     assert info.value.step == env.envs[2].t  # the step of its episode that gave the NaN
 
 
-def test_whole_env_failure_recreates_and_restarts_the_call():
+@pytest.mark.parametrize("call", ["recv", "send"])
+def test_whole_env_failure_recreates_and_restarts_the_call(call):
     pytest.importorskip("envpool")
     runner = make_runner(4, ready_first_batch_size=2)
     try:
         runner.sample(num_timesteps=50)
-        real_recv, calls = runner.env.recv, [0]
+        real, calls = getattr(runner.env, call), [0]
 
-        def flaky_recv():
+        def flaky(*args):
             calls[0] += 1
             if calls[0] == 3:
                 raise RuntimeError("pool died")
-            return real_recv()
+            return real(*args)
 
-        runner.env.recv = flaky_recv
+        setattr(runner.env, call, flaky)
         runner.config.restart_failed_sub_environments = True
         eps = runner.sample(num_timesteps=60)
         assert 60 <= sum(len(e) for e in eps) <= 63
-        assert runner.env.is_async and runner.env.recv is not flaky_recv
+        assert runner.env.is_async and getattr(runner.env, call) is not flaky
         assert all(e.t_started == 0 for e in eps)  # everything restarted
+        assert 40 <= sum(len(e) for e in runner.sample(num_timesteps=40)) <= 43
     finally:
         runner.stop()
 
@@ -551,6 +554,24 @@ class AngleModule(TorchRLModule):
 
     def _forward(self, batch, **kwargs):
         return {Columns.ACTIONS: (batch[Columns.OBS][:, 2] > 0).long()}
+
+
+class PassThrough(ConnectorV2):
+    """A connector that (by ConnectorV2's default) reads episodes."""
+
+    def __call__(self, *, rl_module, batch, episodes, **kwargs):
+        return batch
+
+
+def test_connectors_that_read_episodes_are_refused_with_ready_first_stepping():
+    pytest.importorskip("envpool")
+    runner = make_runner(4, ready_first_batch_size=2)
+    try:
+        runner.add_connector_step(PassThrough())
+        with pytest.raises(ConfigError, match="pieces that read episodes"):
+            runner.sample(num_timesteps=10)
+    finally:
+        runner.stop()
 
 
 def test_auto_overlap_measures_and_decides_at_runner_start():

@@ -102,16 +102,21 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
                 send_fn=self._send_env,
             )
             self._use_module_state()
+        self._check_ready_first_connectors()
+        self._sampler.finite_check = ObsRewardCheck(self.env.single_observation_space)
+        self._sampler.on_non_finite = self._on_non_finite
+        self._env_created()
+
+    def _check_ready_first_connectors(self) -> None:
+        """``ConfigError`` if an asynchronous env meets connectors that read episodes."""
         if getattr(self.env, "is_async", False) and self._env_to_module.reads_episodes:
             raise ConfigError(
                 "ready-first stepping (an asynchronous env: EnvPool's batch_size, "
                 "ready_first_batch_size or overlap_inference) acts on a few sub-envs at a "
                 "time, but the env-to-module pipeline has pieces that read episodes "
-                f"({self._env_to_module!r}); drop them or step all sub-envs together."
+                f"({self._env_to_module!r}); drop them, or set ready_first_batch_size=None "
+                "and overlap_inference=False to step all sub-envs together."
             )
-        self._sampler.finite_check = ObsRewardCheck(self.env.single_observation_space)
-        self._sampler.on_non_finite = self._on_non_finite
-        self._env_created()
 
     def _choose_overlap(self) -> None:
         """``overlap_inference="auto"``: time a few env steps and forwards, then decide.
@@ -299,6 +304,8 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         )
         if force_reset or num_episodes is not None or self._needs_initial_reset:
             self._reset_envs()
+        if self._sampler.ready_first:  # a connector may have been added since make_env
+            self._check_ready_first_connectors()
         if num_episodes is not None:
             self._needs_initial_reset = True
         sampler = self._sampler

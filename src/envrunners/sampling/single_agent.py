@@ -193,6 +193,11 @@ class SingleAgentSampler:
             self.recurrent.reset()
 
     @property
+    def ready_first(self) -> bool:
+        """Whether the loop steps ready-first (``start_async()`` began this env's episodes)."""
+        return self._async_live
+
+    @property
     def started(self) -> bool:
         """Whether ``start()`` (or ``start_async()``) was called (the env has been reset)."""
         return self._cur_obs is not None or self._async_live
@@ -458,9 +463,12 @@ class SingleAgentSampler:
         finite_ok = finite_check.ok_for(batch) if finite_check is not None else None
         lost_steps, max_lost_steps = 0, MAX_LOST_STEPS_FACTOR * max(target, n_envs, 100)
         ts = eps = 0
+        n_fresh = int(fresh.sum())
         top = base  # no sub-env's row is past this
-        while (eps < target) if episode_mode else (ts < target):
-            results = recv_fn()
+        send_failed = False
+        while send_failed or ((eps < target) if episode_mode else (ts < target)):
+            results = ENV_STEP_FAILURE if send_failed else recv_fn()
+            send_failed = False
             if (
                 finite_ok is not None
                 and results is not ENV_STEP_FAILURE
@@ -468,12 +476,14 @@ class SingleAgentSampler:
             ):
                 results = self._non_finite_async(results, ptr, seg_start)
             if results is ENV_STEP_FAILURE:
-                # The whole vector env was recreated: as in the synchronous loop, every
-                # in-progress episode of this call is lost and the call starts over.
+                # The whole vector env was recreated (in recv, send or the non-finite
+                # handler): as in the synchronous loop, every in-progress episode of
+                # this call is lost and the call starts over.
                 result.num_env_failures += 1
                 result.num_dropped_episodes += int(n_envs - pending.sum() - fresh.sum())
                 self._restart_async()
                 env = self.env
+                n_fresh = n_envs
                 ptr[:] = base
                 seg_start[:] = base
                 carried[:] = False
@@ -488,7 +498,9 @@ class SingleAgentSampler:
             if top + 1 >= self._rows_capacity:
                 self._capacity(top + 2)
             p = ptr[ids]
-            new = fresh[ids] | pending[ids]  # a reset observation: not a timestep
+            first = fresh[ids] if n_fresh else None
+            # A reset observation (first ever, or after a done) is not a timestep.
+            new = pending[ids] if first is None else first | pending[ids]
             if has_errors and env.last_errors:
                 failed = np.asarray(env.failed, np.bool_)[ids]
                 lost = ids[failed & ~new].tolist()
@@ -500,10 +512,10 @@ class SingleAgentSampler:
                 if lost_steps > max_lost_steps:
                     raise _keep_failing_error(lost_steps, result.num_sub_env_failures)
                 new = new | failed
-            first = fresh[ids]
-            if first.any():  # a first reset observation fills the sub-env's row ``base``
+            if first is not None and first.any():  # a first reset obs fills row ``base``
                 newp = p + ~first
                 fresh[ids] = False
+                n_fresh -= int(first.sum())
             else:
                 newp = p + 1
             self._rewards[p, ids] = rewards if reward_fn is None else reward_fn(rewards)
@@ -556,18 +568,8 @@ class SingleAgentSampler:
             if self.check_fn is not None:
                 check, self.check_fn = self.check_fn, None
                 check(raw_obs, env_actions)
-            if send_fn(env_actions, ids) is ENV_STEP_FAILURE:
-                result.num_env_failures += 1
-                result.num_dropped_episodes += int(n_envs - pending.sum() - fresh.sum())
-                self._restart_async()
-                env = self.env
-                ptr[:] = base
-                seg_start[:] = base
-                carried[:] = False
-                states = self._states
-                finished = []
-                ts = eps = 0
-                top = base
+            # A failed send recreated the env: the next iteration restarts the call.
+            send_failed = send_fn(env_actions, ids) is ENV_STEP_FAILURE
         result.env_steps = result.agent_steps = ts
         end = int(ptr.max())
         for key in self._extras_written - prev_written:
