@@ -168,13 +168,7 @@ class SingleAgentSampler:
         """Begin fresh episodes on every sub-env from a reset's observations."""
         self._cur_obs = tree_map(np.copy, self.obs_fn(raw_obs))
         self._cur_infos = list(infos)
-        self._async_live = False
-        self._fresh[:] = False
-        self._pending[:] = False
-        self._states = [_new_episode_state() for _ in range(self.num_envs)]
-        self._lb_len = [0] * self.num_envs
-        if self.recurrent is not None:
-            self.recurrent.reset()
+        self._begin_episodes(ready_first=False)
 
     def start_async(self) -> None:
         """Begin fresh episodes on every sub-env of an asynchronous env just ``async_reset``.
@@ -184,8 +178,11 @@ class SingleAgentSampler:
         """
         self._cur_obs = None
         self._cur_infos = None
-        self._async_live = True
-        self._fresh[:] = True
+        self._begin_episodes(ready_first=True)
+
+    def _begin_episodes(self, ready_first: bool) -> None:
+        self._async_live = ready_first
+        self._fresh[:] = ready_first
         self._pending[:] = False
         self._states = [_new_episode_state() for _ in range(self.num_envs)]
         self._lb_len = [0] * self.num_envs
