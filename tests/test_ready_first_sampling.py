@@ -28,7 +28,7 @@ from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
 from envrunners.env import runner_setup
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
-from envrunners.errors import ConfigError, NonFiniteEnvDataError
+from envrunners.errors import ConfigError, EnvRunnerError, NonFiniteEnvDataError
 from envrunners.sampling._overlap_choice import MIN_COST_S, available_cpus, choose_overlap
 from envrunners.sampling.buffers import RecurrentState, tree_map
 from envrunners.sampling.finite_checks import ObsRewardCheck
@@ -486,6 +486,22 @@ def test_whole_env_failure_recreates_and_restarts_the_call(call):
         assert runner.env.is_async and getattr(runner.env, call) is not flaky
         assert all(e.t_started == 0 for e in eps)  # everything restarted
         assert 40 <= sum(len(e) for e in runner.sample(num_timesteps=40)) <= 43
+    finally:
+        runner.stop()
+
+
+def test_env_failure_without_restarts_names_the_call():
+    pytest.importorskip("envpool")
+    runner = make_runner(4, ready_first_batch_size=2)
+    try:
+        runner.sample(num_timesteps=20)
+
+        def dead_recv():
+            raise RuntimeError("pool died")
+
+        runner.env.recv = dead_recv
+        with pytest.raises(EnvRunnerError, match=r"raised RuntimeError\('pool died'\) in recv\(\)"):
+            runner.sample(num_timesteps=20)
     finally:
         runner.stop()
 

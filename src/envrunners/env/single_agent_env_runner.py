@@ -40,6 +40,7 @@ from envrunners.sampling.finite_checks import (
 )
 from envrunners.sampling.sample_result import EpisodeStats
 from envrunners.sampling.single_agent import SingleAgentSampler, SingleAgentSampleResult
+from envrunners.utils.metrics import NUM_ENV_STEP_FAILURES_LIFETIME
 
 __all__ = ["SingleAgentEnvRunner"]
 
@@ -253,6 +254,8 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         """A failed ``recv``/``send``: recreate the env (if allowed), as ``_try_env_step`` does."""
         if self.config.restart_failed_sub_environments:
             return self._recreate_env_after(err)
+        self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
+        logger.exception("The environment raised %r in %s().", err, call)
         raise EnvRunnerError(
             f"the environment raised {err!r} in {call}(). Set config.fault_tolerance("
             "restart_failed_sub_environments=True) to recreate failing envs and go on.",
