@@ -155,6 +155,8 @@ def make_runner(env, mode="sync", num_envs=4, env_config=None, spec=None, **runn
             num_envs_per_env_runner=num_envs,
             gym_env_vectorize_mode=mode,
             rollout_fragment_length=50,
+            # Chunks are compared in order: step every sub-env together whatever the load.
+            overlap_inference=runners.pop("overlap_inference", False),
             **runners,
         )
         .debugging(seed=0)
@@ -219,9 +221,15 @@ def test_runner_episodes_match_the_gymnasium_path():
     assert sum(e.is_terminated for e in pool_eps) >= 20
 
 
-def test_runner_refuses_an_asynchronous_pool():
-    with pytest.raises(ConfigError, match="not wired into the sampling loop"):
-        make_runner("envpool:CartPole-v1", env_config={"batch_size": 2})
+def test_runner_steps_an_asynchronous_pool_ready_first_and_refuses_a_too_large_batch():
+    runner = make_runner("envpool:CartPole-v1", env_config={"batch_size": 2})
+    try:
+        assert runner.env.is_async and runner.env.batch_size == 2
+        assert 100 <= sum(len(e) for e in runner.sample(num_timesteps=100)) <= 103
+    finally:
+        runner.stop()
+    with pytest.raises(ConfigError, match=r"env_config\['batch_size'\] must be an int in \[1, "):
+        make_runner("envpool:CartPole-v1", env_config={"batch_size": 5})
 
 
 def test_atari_pong_frames_match_the_wrapped_gymnasium_layout():

@@ -137,6 +137,10 @@ FIELDS: tuple[ConfigField, ...] = (
     _f("add_default_connectors_to_env_to_module_pipeline", bool, True, RUN, _B),
     _f("add_default_connectors_to_module_to_env_pipeline", bool, True, RUN, _B),
     _f("episode_lookback_horizon", int, 1, RUN, _nonneg_int),
+    # envrunners' own (RLlib has no such keys): ready-first stepping of an asynchronous
+    # backend ("envpool", "shared_memory"); the runner checks them against the backend.
+    _f("ready_first_batch_size", int | None, None, RUN, _pos_int_or_none),
+    _f("overlap_inference", bool | str, "auto", RUN, c.choice(True, False, "auto")),
     _f("merge_env_runner_states", bool | str, "training_only", RUN, c.merge_env_runner_states),
     _f("broadcast_env_runner_states", bool, True, RUN, _B),
     _f("use_env_runner_state_server", bool, False, RUN, _B),

@@ -188,6 +188,11 @@ class AlgorithmConfig:
                 ``sample_timeout_s``, ``observation_filter``, ``remote_worker_envs``,
                 ``create_env_on_local_worker``, ``num_cpus_per_env_runner``,
                 ``max_requests_in_flight_per_env_runner``, ``episode_lookback_horizon``,
+                ``ready_first_batch_size`` (envrunners' own: int or None; with an
+                asynchronous backend, act on the first this many ready sub-envs),
+                ``overlap_inference`` (envrunners' own: True, False or ``"auto"``; infer
+                for one half of the sub-envs while the other half steps; ``"auto"``
+                measures both costs at runner start),
                 ``env_to_module_connector`` (``fn(env, spaces, device)``, or the old
                 ``fn(env)``, returning a ConnectorV2, a list of them or a pipeline),
                 ``module_to_env_connector`` (``fn(env, spaces)`` or ``fn(env)``),

@@ -8,8 +8,10 @@ fail with the same clear errors.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -84,7 +86,11 @@ def make_env_context(config: Any, worker_index: int | None, num_workers: int | N
 
 
 def make_vector_env(
-    config: Any, worker_index: int | None, num_workers: int | None
+    config: Any,
+    worker_index: int | None,
+    num_workers: int | None,
+    *,
+    batch_size: int | None = None,
 ) -> tuple[gym.vector.VectorEnv, EnvContext]:
     """Build the runner's vector env for ``config.gym_env_vectorize_mode``.
 
@@ -95,12 +101,17 @@ def make_vector_env(
     (or an ``"envpool:<task>"`` env id) steps EnvPool's C++ sub-envs, ``env_config``
     being ``envpool.make``'s options; ``shared_memory`` steps the sub-envs in worker
     processes (one per core) that write their results into shared memory.
+
+    ``batch_size`` (the runner's choice for ``overlap_inference="auto"``) overrides the
+    ready-first batch the config asks for (``ready_first_batch_size``).
     """
     ctx = make_env_context(config, worker_index, num_workers)
     n = int(config.num_envs_per_env_runner)
     mode = _mode(config)
+    if batch_size is None:
+        batch_size = ready_first_batch_size(config, n, ctx)
     if mode == "envpool" or is_envpool_id(config.env):
-        return _envpool_env(config, ctx, n, worker_index), ctx
+        return _envpool_env(config, ctx, n, worker_index, batch_size), ctx
     if mode == "vector_entry_point" and has_gym_vector_entry_point(config.env):
         env = gym.make_vec(
             config.env, num_envs=n, vectorization_mode="vector_entry_point", **dict(ctx)
@@ -129,41 +140,146 @@ def make_vector_env(
         )
         return _infos_as_list(env), ctx
     if mode == "shared_memory":
-        return _shared_memory_env(config, fns), ctx
+        return _shared_memory_env(config, fns, batch_size), ctx
     raise ConfigError(
         f"gym_env_vectorize_mode={config.gym_env_vectorize_mode!r} is not one of "
         "'sync', 'async', 'vector_entry_point', 'envpool', 'shared_memory'."
     )
 
 
-def _shared_memory_env(config: Any, fns: list[Callable[[], gym.Env]]) -> SharedMemoryVectorEnv:
-    """``SharedMemoryVectorEnv`` stepping every sub-env per call (``batch_size == num_envs``),
-    one worker process per core, recreating failed sub-envs if the config says so."""
+def _shared_memory_env(
+    config: Any, fns: list[Callable[[], gym.Env]], batch_size: int | None
+) -> SharedMemoryVectorEnv:
+    """``SharedMemoryVectorEnv`` recreating failed sub-envs if the config says so; stepped
+    ready-first by the sampler when ``batch_size < num_envs`` (None: every sub-env per call)."""
     return SharedMemoryVectorEnv(
-        fns, restart_failed=bool(config.restart_failed_sub_environments), copy=False
+        fns,
+        batch_size=batch_size,
+        restart_failed=bool(config.restart_failed_sub_environments),
+        copy=False,
     )
 
 
-def _envpool_env(config: Any, ctx: EnvContext, n: int, worker_index: int | None) -> Any:
-    """EnvPool's synchronous pool, seeded as the runner seeds its first reset.
-
-    Raises:
-        ConfigError: ``env_config["batch_size"] < num_envs_per_env_runner``: the
-            sampling loop steps every sub-env each step; it has no ready-first loop
-            for an asynchronous pool yet.
-    """
-    batch_size = ctx.get("batch_size")
-    if batch_size is not None and int(batch_size) != n:
-        raise ConfigError(
-            f"env_config['batch_size']={batch_size} with num_envs_per_env_runner={n}: an "
-            "asynchronous EnvPool (batch_size < num_envs) is not wired into the sampling loop "
-            "yet; leave batch_size out (or equal to num_envs_per_env_runner), or step "
-            "EnvPoolVectorEnv's async_reset()/recv()/send() yourself."
-        )
+def _envpool_env(
+    config: Any, ctx: EnvContext, n: int, worker_index: int | None, batch_size: int | None
+) -> Any:
+    """EnvPool's pool, seeded as the runner seeds its first reset; asynchronous (stepped
+    ready-first by the sampler) when ``batch_size < n``."""
     seed = None
     if config.seed is not None:  # the runner's seed for its first reset (env_runner.py)
         seed = int(config.seed + (worker_index or 0) + 1_000_000 * bool(config.in_evaluation))
-    return envpool_from_config(config.env, dict(ctx), n, seed)
+    options = dict(ctx)
+    options["batch_size"] = n if batch_size is None else batch_size
+    return envpool_from_config(config.env, options, n, seed)
+
+
+#: Vectorize modes whose env can step asynchronously (``is_async``/``recv``/``send``):
+#: ``"shared_memory"`` only counts where that mode is registered.
+ASYNC_MODES = ("envpool", "shared_memory")
+
+
+def can_step_async(config: Any) -> bool:
+    """Whether the config's backend can step its sub-envs ready-first."""
+    return _mode(config) in ASYNC_MODES or is_envpool_id(config.env)
+
+
+def ready_first_batch_size(config: Any, num_envs: int, env_config: Any = None) -> int | None:
+    """The ready-first batch the config asks for; None: step every sub-env together.
+
+    ``ready_first_batch_size``, else EnvPool's own ``env_config["batch_size"]``, else
+    half the sub-envs with ``overlap_inference=True``. ``"auto"`` is decided later, by
+    the runner, from measured costs (``time_step_and_forward``).
+
+    Raises:
+        ConfigError: The batch is not in ``[1, num_envs_per_env_runner]``, the two
+            keys disagree, or a batch below ``num_envs`` (or overlap) is asked of a
+            backend that cannot step asynchronously.
+    """
+    explicit = getattr(config, "ready_first_batch_size", None)
+    from_env = None
+    if _mode(config) == "envpool" or is_envpool_id(config.env):
+        from_env = (env_config or {}).get("batch_size")
+    if explicit is not None and from_env is not None and int(from_env) != int(explicit):
+        raise ConfigError(
+            f"ready_first_batch_size={explicit} and env_config['batch_size']={from_env} "
+            "disagree: set one of them (both name the sub-envs acted on per step)."
+        )
+    batch = explicit if explicit is not None else from_env
+    name = "ready_first_batch_size" if explicit is not None else "env_config['batch_size']"
+    overlap = getattr(config, "overlap_inference", "auto")
+    if batch is None and overlap is True:
+        if num_envs < 2:
+            raise ConfigError(
+                f"overlap_inference=True needs num_envs_per_env_runner >= 2 (two halves of "
+                f"sub-envs), got num_envs_per_env_runner={num_envs}."
+            )
+        batch, name = num_envs // 2, "overlap_inference=True"
+    if batch is None:
+        return None
+    if (
+        not isinstance(batch, int | np.integer)
+        or isinstance(batch, bool)
+        or not (1 <= batch <= num_envs)
+    ):
+        raise ConfigError(
+            f"{name} must be an int in [1, num_envs_per_env_runner={num_envs}] (the "
+            f"sub-envs acted on per step), got {batch!r}."
+        )
+    if batch < num_envs and not can_step_async(config):
+        raise ConfigError(
+            f"{name} (a batch of {batch} of {num_envs} sub-envs) needs a backend that "
+            "steps asynchronously: gym_env_vectorize_mode='envpool' (or an 'envpool:' env "
+            "id) or 'shared_memory'; got gym_env_vectorize_mode="
+            f"{config.gym_env_vectorize_mode!r}."
+        )
+    return int(batch) if batch < num_envs else None
+
+
+def auto_overlap_applies(config: Any, env_config: Any, num_envs: int) -> bool:
+    """Whether ``overlap_inference="auto"`` has a choice to make (else: step together)."""
+    return (
+        getattr(config, "overlap_inference", "auto") == "auto"
+        and num_envs >= 2
+        and can_step_async(config)
+        and ready_first_batch_size(config, num_envs, env_config) is None
+        and not (
+            (_mode(config) == "envpool" or is_envpool_id(config.env))
+            and (env_config or {}).get("batch_size") is not None
+        )
+    )
+
+
+def time_step_and_forward(
+    env: Any, act_fn: Callable[[Any], Any], steps: int = 8
+) -> tuple[float, float]:
+    """Seconds per synchronous step of all sub-envs and per forward for all of them.
+
+    Measured briefly on the runner's (still synchronous) env: one reset, a warm-up
+    step and forward, then the fastest of ``steps`` timed random-action steps and of
+    ``steps`` forwards (``act_fn(raw_obs)``) on the observations they returned. The
+    fastest, not the mean: on a loaded machine single steps wait milliseconds for a
+    core, which says nothing about what the env costs.
+    """
+    actions = [env.action_space.sample() for _ in range(steps + 1)]
+    obs, _ = env.reset()
+    act_fn(obs)
+    env_s, fwd_s = [], []
+    for a in actions:
+        start = time.perf_counter()
+        obs = env.step(a)[0]
+        env_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        act_fn(obs)
+        fwd_s.append(time.perf_counter() - start)
+    return min(env_s[1:]), min(fwd_s[1:])
+
+
+def async_reset(env: Any, seed: int | None) -> None:
+    """``env.async_reset()``, seeded where the backend takes a seed there."""
+    if seed is not None and "seed" in inspect.signature(env.async_reset).parameters:
+        env.async_reset(seed=seed)
+    else:
+        env.async_reset()
 
 
 def check_num_envs(env: Any, config: Any) -> int:
@@ -462,7 +578,7 @@ def check_observations(runner: Any, obs: Any) -> None:
     if runner.config.disable_env_checking:
         return
     space = runner.env.single_observation_space
-    for i in range(runner.num_envs):
+    for i in range(_batch_rows(obs, runner.num_envs)):
         item = row_of(obs, i)
         if not space.contains(item):
             raise SpaceError(
@@ -472,11 +588,19 @@ def check_observations(runner: Any, obs: Any) -> None:
             )
 
 
+def _batch_rows(batch: Any, default: int) -> int:
+    """Rows of a (possibly nested) batch: a ready-first batch has fewer than ``num_envs``."""
+    while isinstance(batch, dict | tuple | list) and batch:
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    shape = getattr(batch, "shape", None)
+    return int(shape[0]) if shape else default
+
+
 def check_step(runner: Any, raw_obs: Any, actions: Any) -> None:
     """Check the first step's observations and actions against the spaces."""
     check_observations(runner, raw_obs)
     space = runner.env.single_action_space
-    for i in range(runner.num_envs):
+    for i in range(_batch_rows(actions, runner.num_envs)):
         action = row_of(actions, i)
         if not space.contains(np.asarray(action, dtype=getattr(space, "dtype", None))):
             raise SpaceError(

@@ -8,6 +8,8 @@ happens in ``envrunners.sampling.single_agent.SingleAgentSampler``.
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from collections import defaultdict
 from typing import Any
@@ -28,7 +30,8 @@ from envrunners.env import runner_setup
 from envrunners.env._sampling_connectors import SamplingConnectors
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
-from envrunners.errors import NonFiniteEnvDataError
+from envrunners.errors import ConfigError, EnvRunnerError, NonFiniteEnvDataError
+from envrunners.sampling._overlap_choice import available_cpus, choose_overlap
 from envrunners.sampling.finite_checks import (
     ObsRewardCheck,
     all_finite_fast,
@@ -37,8 +40,11 @@ from envrunners.sampling.finite_checks import (
 )
 from envrunners.sampling.sample_result import EpisodeStats
 from envrunners.sampling.single_agent import SingleAgentSampler, SingleAgentSampleResult
+from envrunners.utils.metrics import NUM_ENV_STEP_FAILURES_LIFETIME
 
 __all__ = ["SingleAgentEnvRunner"]
+
+logger = logging.getLogger("envrunners")
 
 
 class SingleAgentEnvRunner(NewStackEnvRunner):
@@ -58,16 +64,23 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         self._env_to_module: ConnectorPipelineV2 = ConnectorPipelineV2()
         self._module_to_env: ConnectorPipelineV2 = ConnectorPipelineV2()
         self._connectors = SamplingConnectors(self)
+        #: The ready-first batch ``overlap_inference="auto"`` chose (None: the config's).
+        self._ready_batch: int | None = None
+        #: ``(env step s, forward s)`` that ``overlap_inference="auto"`` measured, if it did.
+        self._overlap_costs: tuple[float, float] | None = None
         if runner_setup.should_create_env(self.config, self.worker_index):
             self.make_env()
         else:
             self._build_connectors()
         self.make_module()
+        self._choose_overlap()
 
     # -- construction --------------------------------------------------------------
     def make_env(self) -> None:
         """(Re)create the vector env, its connectors and the sampler (closes the old env)."""
-        self._replace_env(runner_setup.make_vector_env)
+        self._replace_env(
+            functools.partial(runner_setup.make_vector_env, batch_size=self._ready_batch)
+        )
         rebuilt = self._sampler is not None and self._sampler.env is not None
         if rebuilt and self._spaces_unchanged():
             # A recreated env (after a failure or a config change) keeps the connector
@@ -86,11 +99,63 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
                 action_fn=self._actions_to_env,
                 reward_fn=runner_setup.reward_transform(self.config),
                 lookback=self.config.episode_lookback_horizon,
+                recv_fn=self._recv_env,
+                send_fn=self._send_env,
             )
             self._use_module_state()
+        self._check_ready_first_connectors()
         self._sampler.finite_check = ObsRewardCheck(self.env.single_observation_space)
         self._sampler.on_non_finite = self._on_non_finite
         self._env_created()
+
+    def _check_ready_first_connectors(self) -> None:
+        """``ConfigError`` if an asynchronous env meets connectors that read episodes."""
+        if getattr(self.env, "is_async", False) and self._env_to_module.reads_episodes:
+            raise ConfigError(
+                "ready-first stepping (an asynchronous env: EnvPool's batch_size, "
+                "ready_first_batch_size or overlap_inference) acts on a few sub-envs at a "
+                "time, but the env-to-module pipeline has pieces that read episodes "
+                f"({self._env_to_module!r}); drop them, or set ready_first_batch_size=None "
+                "and overlap_inference=False to step all sub-envs together."
+            )
+
+    def _choose_overlap(self) -> None:
+        """``overlap_inference="auto"``: time a few env steps and forwards, then decide.
+
+        Only for a backend that can step asynchronously, with a module and no ready-first
+        batch set by the config; overlapping rebuilds the env with half the sub-envs per
+        ready-first batch (``on_environment_created`` fires again for it).
+        """
+        config = self.config
+        if self.env is None or self.module is None or self._ready_batch is not None:
+            return
+        if not runner_setup.auto_overlap_applies(config, self._env_context, self.num_envs):
+            return
+        if self._env_to_module.reads_episodes:  # needs every sub-env at every step
+            return
+        recurrent = self._sampler.recurrent
+
+        def forward(obs: Any) -> None:
+            if recurrent is None:
+                runner_setup.compute_actions(self.module, obs, True, 0)
+            else:
+                act(self.module, obs, True, recurrent.state, extra_inputs=recurrent.extra_inputs)
+
+        with runner_setup.torch_threads(config, self.worker_index):
+            env_s, fwd_s = runner_setup.time_step_and_forward(self.env, forward)
+        self._overlap_costs = (env_s, fwd_s)
+        overlap = choose_overlap(env_s, fwd_s, num_envs=self.num_envs, num_cpus=available_cpus())
+        logger.debug(
+            "overlap_inference='auto': env step %.1f us, forward %.1f us for %d sub-envs -> %s",
+            env_s * 1e6,
+            fwd_s * 1e6,
+            self.num_envs,
+            "overlap" if overlap else "step together",
+        )
+        self._needs_initial_reset = True
+        if overlap:
+            self._ready_batch = self.num_envs // 2
+            self.make_env()
 
     def _spaces_unchanged(self) -> bool:
         old = self._env_to_module.input_observation_space, self._module_to_env.input_action_space
@@ -160,9 +225,42 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         if not self.config.restart_failed_sub_environments:
             raise errors[0]
         restart = getattr(self.env, "restart_sub_env", None)
-        if restart is None:
+        if restart is None or getattr(self.env, "is_async", False):
+            # A sub-env of a ready-first batch has actions in flight: recreate them all.
             return self._recreate_env_after(errors[0])
         return restart_bad_sub_envs(restart, errors, results)
+
+    def _recv_env(self) -> Any:
+        """``env.recv()`` (ready-first); ``ENV_STEP_FAILURE`` after recreating a failed env."""
+        start = time.perf_counter()
+        try:
+            results = self.env.recv()
+        except Exception as err:
+            return self._async_env_failed(err, "recv")
+        self._env_step_time += time.perf_counter() - start
+        return results
+
+    def _send_env(self, actions: Any, env_ids: Any) -> Any:
+        """``env.send(actions, env_ids)``; ``ENV_STEP_FAILURE`` after recreating a failed env."""
+        start = time.perf_counter()
+        try:
+            self.env.send(actions, env_ids)
+        except Exception as err:
+            return self._async_env_failed(err, "send")
+        self._env_step_time += time.perf_counter() - start
+        return None
+
+    def _async_env_failed(self, err: Exception, call: str) -> Any:
+        """A failed ``recv``/``send``: recreate the env (if allowed), as ``_try_env_step`` does."""
+        if self.config.restart_failed_sub_environments:
+            return self._recreate_env_after(err)
+        self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
+        logger.exception("The environment raised %r in %s().", err, call)
+        raise EnvRunnerError(
+            f"the environment raised {err!r} in {call}(). Set config.fault_tolerance("
+            "restart_failed_sub_environments=True) to recreate failing envs and go on.",
+            runner_index=self.worker_index,
+        ) from err
 
     def _act(self, obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
         """One forward of a stateless module for all sub-envs (the sampler's ``ActFn``)."""
@@ -209,6 +307,8 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         )
         if force_reset or num_episodes is not None or self._needs_initial_reset:
             self._reset_envs()
+        if self._sampler.ready_first:  # a connector may have been added since make_env
+            self._check_ready_first_connectors()
         if num_episodes is not None:
             self._needs_initial_reset = True
         sampler = self._sampler
@@ -237,6 +337,18 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
 
     def _reset_envs(self) -> None:
         seed = self._seed if self._needs_initial_reset else None
+        if getattr(self.env, "is_async", False):
+            # Ready-first: the reset observations arrive with the first recv() calls.
+            start = time.perf_counter()
+            runner_setup.async_reset(self.env, seed)
+            self._env_reset_time += time.perf_counter() - start
+            self._explore = self.config.explore
+            self._sampler.start_async()
+            self._prev_chunks.clear()
+            self._needs_initial_reset = False
+            if not self.config.disable_env_checking:
+                self._sampler.check_fn = lambda raw, acts: runner_setup.check_step(self, raw, acts)
+            return
         obs, infos = self._try_env_reset(seed=seed)
         if isinstance(infos, dict):  # a gymnasium vector env without DictInfoToList
             infos = [{} for _ in range(self.num_envs)]

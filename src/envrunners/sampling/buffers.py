@@ -76,6 +76,29 @@ class ColumnBuffer:
             return self.data[row]
         return tree_map(lambda buf: buf[row], self.data)
 
+    def write_at(self, rows: np.ndarray, envs: np.ndarray, value: Any) -> None:
+        """Set ``[rows[j], envs[j]]`` to ``value[j]``: one ready-first batch, each sub-env
+        at its own row (a single fancy-index assignment per leaf)."""
+        if isinstance(self.data, np.ndarray):
+            self.data[rows, envs] = value
+        else:
+            tree_map(lambda buf, v: buf.__setitem__((rows, envs), v), self.data, value)
+
+    def gather(self, rows: np.ndarray, envs: np.ndarray) -> Any:
+        """The batch ``[rows[j], envs[j]]`` (a copy), in the order of ``envs``."""
+        if isinstance(self.data, np.ndarray):
+            return self.data[rows, envs]
+        return tree_map(lambda buf: buf[rows, envs], self.data)
+
+    @classmethod
+    def for_envs(cls, example_batch: Any, num_envs: int, capacity: int) -> ColumnBuffer:
+        """A buffer of ``num_envs`` columns shaped like the rows of ``example_batch``
+        (a batch of any size, e.g. the first ready-first batch)."""
+        example = tree_map(
+            lambda a: np.zeros((num_envs, *np.shape(a)[1:]), np.asarray(a).dtype), example_batch
+        )
+        return cls(example, capacity)
+
 
 class RecurrentState:
     """A stateful module's state for every sub-env, plus its previous action and reward.
@@ -136,6 +159,35 @@ class RecurrentState:
         if self.extra_inputs is not None:
             for value in self.extra_inputs.values():
                 tree_map(lambda leaf: leaf.__setitem__(rows, 0), value)
+
+    def own(self) -> None:
+        """Make ``state`` (and the extra inputs) arrays this object owns, so that rows can
+        be written in place (``state`` may be a module's output)."""
+        self.state = tree_map(np.array, self.state)
+        if self.extra_inputs is not None:
+            self.extra_inputs = {k: tree_map(np.array, v) for k, v in self.extra_inputs.items()}
+
+    def rows(self, envs: np.ndarray) -> tuple[Any, dict[str, Any] | None]:
+        """The state and extra inputs of the sub-envs ``envs`` (a ready-first batch)."""
+        state = tree_map(lambda leaf: leaf[envs], self.state)
+        inputs = self.extra_inputs
+        if inputs is None:
+            return state, None
+        return state, {k: tree_map(lambda leaf: leaf[envs], v) for k, v in inputs.items()}
+
+    def set_rows(self, envs: np.ndarray, state_out: Any) -> None:
+        """Store the module's ``state_out`` for the sub-envs ``envs`` (after ``own()``)."""
+        tree_map(lambda leaf, v: leaf.__setitem__(envs, v), self.state, state_out)
+
+    def after_step_rows(self, envs: np.ndarray, actions: Any, rewards: np.ndarray) -> None:
+        """``after_step`` for the sub-envs ``envs`` only (their results just arrived)."""
+        inputs = self.extra_inputs
+        if inputs is None:
+            return
+        if self._prev_action is not None:
+            tree_map(lambda leaf, a: leaf.__setitem__(envs, a), inputs["prev_actions"], actions)
+        if self._prev_rewards:
+            inputs["prev_rewards"][envs] = rewards
 
     def after_step(self, actions: Any, rewards: np.ndarray) -> None:
         """Remember this step's actions / rewards as the next step's previous ones."""

@@ -13,6 +13,16 @@ the same single forward; the state it returns is recorded per step under
 ``get_initial_state()``, one ``(1, cell)``-like row per step, as RLlib records
 it) and reset to the initial state for each sub-env whose episode starts.
 
+With an asynchronous vector env (``is_async``: ``recv()`` returns the next
+``batch_size`` ready sub-envs, ``send(actions, env_ids)`` steps them) the loop is
+ready-first: each iteration receives the ready sub-envs, runs one forward for
+just those rows and sends their actions. Each sub-env then writes at its own row
+pointer into the same ``(rows, num_envs)`` buffers (fancy indexing, one
+assignment per column per iteration); episodes are cut per sub-env at the end as
+in the synchronous loop. Every sub-env always has one action in flight between
+iterations and between calls: its current observation and that action are carried
+in the row after the lookback, so the next call's first ``recv()`` continues it.
+
 The same loop serves ``SingleAgentEnvRunner`` and the old-stack ``RolloutWorker``
 (which turns the episodes into ``SampleBatch``es at the edge).
 """
@@ -85,6 +95,11 @@ class SingleAgentSampler:
         action_fn: Module-to-env transform of an action batch (clip/unsquash).
         reward_fn: Transform of the reward batch before it is stored (clipping).
         lookback: ``episode_lookback_horizon``: items carried into continuation chunks.
+        recv_fn: For an asynchronous env: ``recv_fn()`` -> ``(env_ids, obs, rewards,
+            terminated, truncated, infos)`` of the ready sub-envs, or ``ENV_STEP_FAILURE``
+            after it recreated the whole vector env (default: ``env.recv()``).
+        send_fn: For an asynchronous env: ``send_fn(actions, env_ids)`` -> None, or
+            ``ENV_STEP_FAILURE`` after it recreated the env (default: ``env.send``).
     """
 
     def __init__(
@@ -98,6 +113,8 @@ class SingleAgentSampler:
         action_fn: Callable[[np.ndarray], np.ndarray] | None = None,
         reward_fn: Callable[[np.ndarray], np.ndarray] | None = None,
         lookback: int = 1,
+        recv_fn: Callable[[], Any] | None = None,
+        send_fn: Callable[[Any, np.ndarray], Any] | None = None,
     ):
         self.env = env
         self.num_envs = env.num_envs
@@ -108,6 +125,8 @@ class SingleAgentSampler:
         self.action_fn = action_fn or (lambda a: a)
         self.reward_fn = reward_fn
         self.lookback = max(0, int(lookback))
+        self.recv_fn = recv_fn or (lambda: self.env.recv())
+        self.send_fn = send_fn or (lambda actions, env_ids: self.env.send(actions, env_ids))
         self._obs: ColumnBuffer | None = None
         self._actions: ColumnBuffer | None = None
         self._extras: dict[str, ColumnBuffer] = {}
@@ -119,6 +138,11 @@ class SingleAgentSampler:
         self._cur_obs: Any = None
         self._cur_infos: list[dict] | None = None
         self._pending = np.zeros(self.num_envs, np.bool_)
+        # Ready-first mode (``start_async``): sub-envs whose first (reset) observation
+        # has not arrived yet; every other sub-env has its current observation and its
+        # in-flight action in row ``_base``.
+        self._async_live = False
+        self._fresh = np.zeros(self.num_envs, np.bool_)
         self._states: list[_EpisodeState] = []
         self._rows_capacity = 0
         # Rows [0, _base) of every column carry the lookback of each sub-env's
@@ -144,6 +168,21 @@ class SingleAgentSampler:
         """Begin fresh episodes on every sub-env from a reset's observations."""
         self._cur_obs = tree_map(np.copy, self.obs_fn(raw_obs))
         self._cur_infos = list(infos)
+        self._begin_episodes(ready_first=False)
+
+    def start_async(self) -> None:
+        """Begin fresh episodes on every sub-env of an asynchronous env just ``async_reset``.
+
+        No observation is in hand: each sub-env's reset observation arrives with its
+        first ``recv()``, and ``run()`` steps ready-first from then on.
+        """
+        self._cur_obs = None
+        self._cur_infos = None
+        self._begin_episodes(ready_first=True)
+
+    def _begin_episodes(self, ready_first: bool) -> None:
+        self._async_live = ready_first
+        self._fresh[:] = ready_first
         self._pending[:] = False
         self._states = [_new_episode_state() for _ in range(self.num_envs)]
         self._lb_len = [0] * self.num_envs
@@ -151,16 +190,22 @@ class SingleAgentSampler:
             self.recurrent.reset()
 
     @property
+    def ready_first(self) -> bool:
+        """Whether the loop steps ready-first (``start_async()`` began this env's episodes)."""
+        return self._async_live
+
+    @property
     def started(self) -> bool:
-        """Whether ``start()`` was called (the env has been reset)."""
-        return self._cur_obs is not None
+        """Whether ``start()`` (or ``start_async()``) was called (the env has been reset)."""
+        return self._cur_obs is not None or self._async_live
 
     def _capacity(self, rows: int) -> None:
         """Make room for ``rows`` step rows (and ``rows + 1`` observation rows)."""
-        if self._obs is None:
+        if self._obs is None and self._cur_obs is not None:
             example = tree_map(lambda a: np.asarray(a), self._cur_obs)
             self._obs = ColumnBuffer(example, rows + 1)
-        self._obs.ensure(rows + 1)
+        if self._obs is not None:  # ready-first: made from the first received batch
+            self._obs.ensure(rows + 1)
         if self._actions is not None:
             self._actions.ensure(rows)
         for buf in self._extras.values():
@@ -178,7 +223,7 @@ class SingleAgentSampler:
         self._rows_capacity = min(
             len(self._rewards),
             len(self._infos) - 1,
-            self._obs.capacity - 1,
+            self._obs.capacity - 1 if self._obs is not None else rows,
             self._actions.capacity if self._actions is not None else rows,
             *(buf.capacity for buf in self._extras.values()),
         )
@@ -220,6 +265,10 @@ class SingleAgentSampler:
         """
         if not self.started:
             raise RuntimeError("SingleAgentSampler.run() called before start()")
+        if self._async_live:
+            return self._run_ready_first(
+                act_fn, explore, num_timesteps, num_episodes, random_actions, t_offset
+            )
         n_envs = self.num_envs
         result: SingleAgentSampleResult = SampleResult()
         episode_mode = num_episodes is not None
@@ -350,6 +399,7 @@ class SingleAgentSampler:
             # Not carried by the previous call (e.g. it sampled random actions):
             # its lookback rows hold stale values; zeros stand in, as for a new key.
             tree_map(lambda a: a[:base].fill(0), self._extras[key].data)
+        self._seq[base:row] = self.weights_seq_no
         self._cut_episodes(result, finished, seg_start, row, episode_mode)
         self._carry_lookback(seg_start, row, episode_mode)
         if row == base:  # no step: the carried rows are still the earlier call's
@@ -357,6 +407,267 @@ class SingleAgentSampler:
         self._cur_obs = tree_map(np.copy, self._obs.row(row))
         self._cur_infos = self._infos[row] or [{} for _ in range(n_envs)]
         return result
+
+    # -- the ready-first loop (asynchronous vector envs) ----------------------------
+    def _run_ready_first(
+        self,
+        act_fn: ActFn | StatefulActFn | None,
+        explore: bool,
+        num_timesteps: int | None,
+        num_episodes: int | None,
+        random_actions: bool,
+        t_offset: int,
+    ) -> SingleAgentSampleResult:
+        """``run()`` on an asynchronous env: act on whichever sub-envs are ready first.
+
+        Per iteration: one ``recv()`` of the ready sub-envs ``ids``, their results
+        written at their own rows ``ptr[ids]`` (fancy indexing), one forward for just
+        those rows (a stateful module gets and returns their state rows) and one
+        ``send``. The rules are the synchronous loop's per sub-env: a result after a
+        done is the reset observation (not a timestep), sub-env failures drop their
+        episode, a whole-env failure restarts the call. At the end every sub-env has
+        one action in flight; its current row is carried (with the lookback) to the
+        next call, whose first ``recv()`` continues it.
+        """
+        n_envs = self.num_envs
+        result: SingleAgentSampleResult = SampleResult()
+        episode_mode = num_episodes is not None
+        target = int(num_episodes if episode_mode else num_timesteps)
+        env = self.env
+        base = self._prepare_lookback_rows(with_current=True)
+        batch = max(1, int(getattr(env, "batch_size", n_envs) or n_envs))
+        self._capacity(base + (64 if episode_mode else -(-target // batch) + 2))
+        fresh, pending = self._fresh, self._pending
+        carried = ~fresh  # their current obs and in-flight action are in row ``base``
+        infos_rows = self._infos
+        infos_rows[base + 1 :] = [None] * (len(infos_rows) - base - 1)
+        if infos_rows[base] is not None:
+            for i in np.flatnonzero(fresh).tolist():
+                infos_rows[base][i] = {}
+        prev_written, self._extras_written = self._extras_written, set()
+        ptr = np.full(n_envs, base, np.int64)  # each sub-env's current observation row
+        seg_start = np.full(n_envs, base, np.int64)  # its episode's first row in this call
+        states = self._states
+        finished: list[tuple[int, int, int, _EpisodeState, float]] = []
+        action_space = env.action_space
+        obs_fn, action_fn, reward_fn = self.obs_fn, self.action_fn, self.reward_fn
+        recv_fn, send_fn = self.recv_fn, self.send_fn
+        has_errors = hasattr(env, "last_errors") and hasattr(env, "failed")
+        recurrent = self.recurrent
+        if recurrent is not None:
+            recurrent.own()
+        finite_check = self.finite_check
+        finite_ok = finite_check.ok_for(batch) if finite_check is not None else None
+        lost_steps, max_lost_steps = 0, MAX_LOST_STEPS_FACTOR * max(target, n_envs, 100)
+        ts = eps = 0
+        n_fresh = int(fresh.sum())
+        top = base  # no sub-env's row is past this
+        send_failed = False
+        while send_failed or ((eps < target) if episode_mode else (ts < target)):
+            results = ENV_STEP_FAILURE if send_failed else recv_fn()
+            send_failed = False
+            if (
+                finite_ok is not None
+                and results is not ENV_STEP_FAILURE
+                and not finite_ok(results[1], results[2])
+            ):
+                results = self._non_finite_async(results, ptr, seg_start)
+            if results is ENV_STEP_FAILURE:
+                # The whole vector env was recreated (in recv, send or the non-finite
+                # handler): as in the synchronous loop, every in-progress episode of
+                # this call is lost and the call starts over.
+                result.num_env_failures += 1
+                result.num_dropped_episodes += int(n_envs - pending.sum() - fresh.sum())
+                self._restart_async()
+                env = self.env
+                n_fresh = n_envs
+                ptr[:] = base
+                seg_start[:] = base
+                carried[:] = False
+                states = self._states
+                finished = []
+                ts = eps = 0
+                top = base
+                continue
+            ids, raw_obs, rewards, terms, truncs, infos = results
+            ids = np.asarray(ids, np.int64)
+            top += 1
+            if top + 1 >= self._rows_capacity:
+                self._capacity(top + 2)
+            p = ptr[ids]
+            first = fresh[ids] if n_fresh else None
+            # A reset observation (first ever, or after a done) is not a timestep.
+            new = pending[ids] if first is None else first | pending[ids]
+            if has_errors and env.last_errors:
+                failed = np.asarray(env.failed, np.bool_)[ids]
+                lost = ids[failed & ~new].tolist()
+                result.num_dropped_episodes += len(lost)
+                result.num_sub_env_failures += int(failed.sum())
+                dropped = int(sum(ptr[i] - seg_start[i] for i in lost))
+                ts -= dropped
+                lost_steps += dropped + int(failed.sum())
+                if lost_steps > max_lost_steps:
+                    raise _keep_failing_error(lost_steps, result.num_sub_env_failures)
+                new = new | failed
+            if first is not None and first.any():  # a first reset obs fills row ``base``
+                newp = p + ~first
+                fresh[ids] = False
+                n_fresh -= int(first.sum())
+            else:
+                newp = p + 1
+            self._rewards[p, ids] = rewards if reward_fn is None else reward_fn(rewards)
+            self._terms[p, ids] = terms
+            self._truncs[p, ids] = truncs
+            ptr[ids] = newp
+            obs = obs_fn(raw_obs)
+            if self._obs is None:
+                self._obs = ColumnBuffer.for_envs(obs, n_envs, self._rows_capacity + 1)
+            self._obs.write_at(newp, ids, obs)
+            if any(infos):
+                self._store_infos(newp, ids, infos)
+            n_new = int(np.count_nonzero(new))
+            ts += len(ids) - n_new
+            done = np.logical_or(terms, truncs)
+            if recurrent is not None and self._actions is not None:
+                recurrent.after_step_rows(ids, self._actions.gather(p, ids), rewards)
+            if n_new:
+                starts = ids[new]
+                seg_start[starts] = newp[new]
+                for i in starts.tolist():
+                    states[i] = _new_episode_state()
+                done[new] = False
+                if recurrent is not None:
+                    recurrent.reset(starts.tolist())
+            pending[ids] = done
+            if done.any():
+                now = time.time()
+                for j in np.flatnonzero(done).tolist():
+                    i = int(ids[j])
+                    finished.append((i, int(seg_start[i]), int(newp[j]), states[i], now))
+                    eps += 1
+                    if episode_mode and eps >= target:
+                        break
+            # One forward for the ready rows; their actions go out at once.
+            if random_actions or act_fn is None:
+                actions = _first_rows(action_space.sample(), len(ids))
+                extras: dict[str, Any] = {}
+            elif recurrent is None:
+                actions, extras = act_fn(self._obs.gather(newp, ids), explore, t_offset + ts)
+            else:
+                state_in, extra_in = recurrent.rows(ids)
+                actions, extras, state_out = act_fn(
+                    self._obs.gather(newp, ids), explore, t_offset + ts, state_in, extra_in
+                )
+                recurrent.set_rows(ids, state_out)
+                extras[Columns.STATE_OUT] = state_out
+            env_actions = action_fn(actions)
+            self._write_outputs_at(newp, ids, actions, extras)
+            if self.check_fn is not None:
+                check, self.check_fn = self.check_fn, None
+                check(raw_obs, env_actions)
+            # A failed send recreated the env: the next iteration restarts the call.
+            send_failed = send_fn(env_actions, ids) is ENV_STEP_FAILURE
+        result.env_steps = result.agent_steps = ts
+        end = int(ptr.max())
+        for key in self._extras_written - prev_written:
+            # Not written by the previous call: its carried rows hold stale values.
+            def zero(a: np.ndarray) -> None:
+                a[:base] = 0
+                a[base, carried] = 0
+
+            tree_map(zero, self._extras[key].data)
+        seq_carried = self._seq[base, carried]
+        self._seq[base : end + 1] = self.weights_seq_no
+        self._seq[base, carried] = seq_carried  # those actions came from the last call
+        self._cut_episodes(
+            result, finished, seg_start.tolist(), end, episode_mode, ends=ptr.tolist()
+        )
+        self._carry_async(seg_start, ptr, end, episode_mode)
+        if end == base:  # nothing stepped: the carried rows are still the earlier call's
+            self._extras_written |= prev_written
+        return result
+
+    def _write_outputs_at(
+        self, rows: np.ndarray, ids: np.ndarray, actions: Any, extras: dict
+    ) -> None:
+        """Write a ready-first batch's actions and extra outputs at each sub-env's row."""
+        capacity = self._obs.capacity
+        if self._actions is None:
+            self._actions = ColumnBuffer.for_envs(actions, self.num_envs, capacity)
+        self._actions.write_at(rows, ids, actions)
+        for key, value in extras.items():
+            buf = self._extras.get(key)
+            if buf is None:
+                buf = self._extras[key] = ColumnBuffer.for_envs(value, self.num_envs, capacity)
+            buf.write_at(rows, ids, value)
+            self._extras_written.add(key)
+
+    def _store_infos(self, rows: np.ndarray, ids: np.ndarray, infos: list[dict]) -> None:
+        """Keep the non-empty info dicts of a ready-first batch at each sub-env's row."""
+        table = self._infos
+        for j, info in enumerate(infos):
+            if info:
+                r = int(rows[j])
+                if table[r] is None:
+                    table[r] = [{} for _ in range(self.num_envs)]
+                table[r][int(ids[j])] = info
+
+    def _restart_async(self) -> None:
+        """After the env was recreated: reset it asynchronously and start over."""
+        self.env.async_reset()
+        self.start_async()
+
+    def _carry_async(
+        self, seg_start: np.ndarray, ptr: np.ndarray, end: int, episode_mode: bool
+    ) -> None:
+        """Move each sub-env's rows ``[ptr - lookback, ptr]`` to rows ``[0, lookback]``.
+
+        Row ``ptr[i]`` holds sub-env ``i``'s current observation and its in-flight
+        action (the next call's row ``lookback``); the rows before it are its lookback,
+        valid back to its episode's first row. One fancy-index copy per column.
+        """
+        base, n = self._base, self.num_envs
+        if episode_mode:  # no lookback after an episode-mode call (as in the sync loop)
+            self._lb_len = [0] * n
+        else:
+            lb = np.asarray(self._lb_len, np.int64)
+            first = np.where(seg_start == base, seg_start - lb, seg_start)
+            lb_len = np.minimum(base, ptr - first)
+            lb_len[self._pending | self._fresh] = 0
+            self._lb_len = lb_len.tolist()
+        if end == base:
+            return
+        rows = ptr[None, :] + np.arange(-base, 1)[:, None]
+        cols = np.arange(n)[None, :]
+        for col in self._columns():
+            tree_map(lambda a: a.__setitem__(slice(0, base + 1), a[rows, cols]), col)
+        table = self._infos
+        if any(table[: end + 1]):
+            table[: base + 1] = [
+                [({} if table[r] is None else table[r][i]) for i, r in enumerate(line)]
+                for line in rows.tolist()
+            ]
+        else:
+            table[: base + 1] = [None] * (base + 1)
+
+    def _non_finite_async(self, results: Any, ptr: np.ndarray, seg_start: np.ndarray) -> Any:
+        """``_non_finite`` for a ready-first batch: errors name the sub-envs' ids."""
+        ids = results[0]
+        found = self.finite_check.find(results[1], results[2])
+        if not found:
+            return results
+        errors = []
+        for j, column, value in found:
+            i = int(ids[j])
+            if self._pending[i] or self._fresh[i]:
+                step, episode_id = 0, None
+            else:
+                state = self._states[i]
+                step, episode_id = state.t0 + int(ptr[i] + 1 - seg_start[i]), state.id_
+            errors.append(episode_step_error(i, column, value, step, episode_id))
+        if self.on_non_finite is None:
+            raise errors[0]
+        return self.on_non_finite(errors, results)
 
     def _non_finite(self, results: Any, row: int, seg_start: list[int], pending: list[int]) -> Any:
         """A step whose observations or rewards are not all finite: name them, then handle.
@@ -380,30 +691,33 @@ class SingleAgentSampler:
             raise errors[0]
         return self.on_non_finite(errors, results)
 
-    def _prepare_lookback_rows(self) -> int:
+    def _prepare_lookback_rows(self, with_current: bool = False) -> int:
         """Make rows ``[0, lookback)`` the carried-lookback rows; returns ``lookback``.
 
         If ``lookback`` changed since the last call, the newest carried rows move so
-        that they again end right before the first row of this call.
+        that they again end right before the first row of this call (``with_current``:
+        ready-first mode, where the row after them, each sub-env's current observation
+        and in-flight action, moves with them).
         """
         new, old = self.lookback, self._base
         self._capacity(new + 1)
         if new != old:
             keep = min(old, new)
-            if keep:
+            extra = int(with_current)
+            if keep + extra:
+                src, dst = slice(old - keep, old + extra), slice(new - keep, new + extra)
                 for col in self._columns():
-                    tree_map(
-                        lambda a: a.__setitem__(slice(new - keep, new), a[old - keep : old].copy()),
-                        col,
-                    )
-                self._infos[new - keep : new] = self._infos[old - keep : old]
+                    tree_map(lambda a: a.__setitem__(dst, a[src].copy()), col)
+                self._infos[dst] = self._infos[src]
             self._lb_len = [min(n, keep) for n in self._lb_len]
             self._base = new
         return new
 
     def _columns(self) -> list[Any]:
         """Every step-aligned array (tree) whose lookback rows are carried."""
-        cols = [self._obs.data, self._rewards, self._seq]
+        cols = [self._rewards, self._seq]
+        if self._obs is not None:
+            cols.insert(0, self._obs.data)
         if self._actions is not None:
             cols.append(self._actions.data)
         cols.extend(buf.data for buf in self._extras.values())
@@ -442,23 +756,28 @@ class SingleAgentSampler:
         seg_start: list[int],
         row: int,
         episode_mode: bool,
+        ends: list[int] | None = None,
     ) -> None:
         """Build the finished episodes and (timestep mode) every sub-env's ongoing chunk.
 
         Each column's rows ``[0, row]`` are copied once into a sub-env-major block;
         episodes hold views of their rows of it (no two episodes share a row), so a
         call costs a few copies per column rather than a few per episode. A chunk
-        continuing an episode starts with its carried lookback rows.
+        continuing an episode starts with its carried lookback rows. ``ends`` (ready-first
+        mode) is each sub-env's own last observation row (``row`` is their maximum).
         """
         base = self._base
+        if ends is None:
+            ends = [row] * self.num_envs
         ongoing = []
         if not episode_mode:
             ongoing = [
-                i for i in range(self.num_envs) if not self._pending[i] and row - seg_start[i] > 0
+                i
+                for i in range(self.num_envs)
+                if not self._pending[i] and not self._fresh[i] and ends[i] - seg_start[i] > 0
             ]
         if not finished and not ongoing:
             return
-        self._seq[base:row] = self.weights_seq_no
         blocks = _Blocks(self, row)
         lb_len = self._lb_len
 
@@ -475,7 +794,7 @@ class SingleAgentSampler:
         for i in ongoing:
             start = seg_start[i]
             chunk, _ = self._build(
-                blocks, i, first_row(i, start), start, row, self._states[i], False, 0.0
+                blocks, i, first_row(i, start), start, ends[i], self._states[i], False, 0.0
             )
             result.ongoing.append(chunk)
             result.ongoing_env_index.append(i)
@@ -536,6 +855,11 @@ class SingleAgentSampler:
             state.len_before += n
             state.ret_before += chunk_return
         return episode, stats
+
+
+def _first_rows(batch: Any, k: int) -> Any:
+    """The first ``k`` rows of each leaf of ``batch``."""
+    return tree_map(lambda a: np.asarray(a)[:k], batch)
 
 
 def _keep_failing_error(lost_steps: int, failures: int) -> EnvRunnerError:

@@ -270,8 +270,21 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         return self._obs_out(obs), rewards, terms, truncs, self._infos_out(info, self.num_envs)
 
     # -- asynchronous API (EnvPool's send/recv) ---------------------------------------
-    def async_reset(self) -> None:
-        """Reset every sub-env without waiting; ``recv()`` returns them as they are ready."""
+    def async_reset(self, *, seed: int | None = None) -> None:
+        """Reset every sub-env without waiting; ``recv()`` returns them as they are ready.
+
+        A pool that was already reset or stepped is rebuilt (EnvPool would still
+        deliver the results of actions in flight): with ``seed``, or else with the next
+        seed of this pool's own sequence, so that its episodes do not repeat.
+        """
+        if seed is not None and not isinstance(seed, int | np.integer):
+            raise ConfigError(f"EnvPoolVectorEnv.async_reset(seed=...) takes one int, got {seed!r}")
+        if self._used or (seed is not None and int(seed) != self._seed):
+            self.pool.close()
+            if seed is None:
+                seed = int(np.random.SeedSequence(self._seed).generate_state(1)[0] % 2**31)
+            self._seed = int(seed)
+            self.pool = self._make_pool(self._seed)
         self._used = True
         self.pool.async_reset()
 

@@ -1,0 +1,50 @@
+"""The rule behind ``overlap_inference="auto"``: overlap when env step and forward cost alike.
+
+Overlapping splits the sub-envs into two halves: the policy infers for one half
+while the other half steps on the backend's threads or processes. At best that
+hides the cheaper of the two costs, and it pays for it with twice as many
+(half-sized) forwards, receives and sends per vector step. So it is chosen only
+when both costs are large against that fixed per-call overhead, comparable to
+each other, and there is a second core to step on. The runner measures the two
+costs briefly at start (``runner_setup.time_step_and_forward``); this module only
+decides, so the rule is tested without timing anything.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+__all__ = ["MIN_COST_S", "MIN_RATIO", "available_cpus", "choose_overlap"]
+
+#: The cheaper of the two costs must be at least this share of the dearer one.
+MIN_RATIO = 1 / 3
+
+#: Both costs (seconds per vector step of all sub-envs) must be at least this: below it
+#: the extra half-batch calls (tens of microseconds each) eat what overlapping hides.
+MIN_COST_S = 1e-4
+
+
+def choose_overlap(env_step_s: float, forward_s: float, *, num_envs: int, num_cpus: int) -> bool:
+    """Whether to infer for one half of the sub-envs while the other half steps.
+
+    Args:
+        env_step_s: Seconds one synchronous step of all ``num_envs`` sub-envs takes.
+        forward_s: Seconds one forward pass for all ``num_envs`` observations takes.
+        num_envs: Sub-envs of the runner (two halves need at least 2).
+        num_cpus: CPUs this process may run on (stepping overlaps only on a second).
+    """
+    if num_envs < 2 or num_cpus < 2:
+        return False
+    if not all(math.isfinite(x) and x > 0 for x in (env_step_s, forward_s)):
+        return False
+    cheap, dear = sorted((env_step_s, forward_s))
+    return cheap >= MIN_COST_S and cheap / dear >= MIN_RATIO
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS / Windows
+        return os.cpu_count() or 1
