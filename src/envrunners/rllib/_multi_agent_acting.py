@@ -21,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils.numpy import convert_to_numpy
 from ray.rllib.utils.spaces.space_utils import (
     clip_action,
@@ -86,7 +87,17 @@ class ModuleActing:
             ``t = (t_base + env steps of this call) * num_runners`` as in RLlib.
     """
 
-    __slots__ = ("modules", "device", "t_base", "num_runners", "inference_s", "forwards")
+    __slots__ = (
+        "modules",
+        "device",
+        "t_base",
+        "num_runners",
+        "inference_s",
+        "forwards",
+        "_forwards",
+        "_eval_once",
+        "_was_training",
+    )
 
     def __init__(self, modules: dict, device: Any, t_base: int, num_runners: int):
         self.modules = modules
@@ -96,17 +107,48 @@ class ModuleActing:
         #: Seconds spent in forward passes and action sampling, and how many passes.
         self.inference_s = 0.0
         self.forwards = 0
+        # Per module, (exploration forward, inference forward). A torch module that keeps
+        # TorchRLModule's wrappers (eval() for the call, then train() back, per call)
+        # is put in eval mode once for the whole ``sample()`` (see ``__enter__``) and its
+        # ``_forward_*`` methods called directly: the same forward, without walking the
+        # module tree twice per step.
+        self._forwards: dict[Any, tuple[Any, Any]] = {}
+        self._eval_once: list[Any] = []
+        self._was_training: list[bool] = []
+        for mid, m in modules.items():
+            cls = type(m)
+            if (
+                isinstance(m, TorchRLModule)
+                and cls.forward_exploration is TorchRLModule.forward_exploration
+                and cls.forward_inference is TorchRLModule.forward_inference
+            ):
+                self._forwards[mid] = (m._forward_exploration, m._forward_inference)
+                self._eval_once.append(m)
+            else:
+                self._forwards[mid] = (m.forward_exploration, m.forward_inference)
+
+    def __enter__(self) -> ModuleActing:
+        self._was_training = [m.training for m in self._eval_once]
+        for m in self._eval_once:
+            m.eval()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for m, was_training in zip(self._eval_once, self._was_training):
+            if was_training:
+                m.train()
 
     def __call__(self, module_id: Any, obs: Any, explore: bool, t: int) -> dict[str, Any]:
         """One forward of ``module_id``'s module for all agents mapped to it."""
         start = time.perf_counter()
         module = self.modules[module_id]
         batch = {Columns.OBS: _to_tensor(obs, self.device)}
+        explore_fn, inference_fn = self._forwards[module_id]
         with torch.no_grad():
             if explore:
-                out = module.forward_exploration(batch, t=(self.t_base + t) * self.num_runners)
+                out = explore_fn(batch, t=(self.t_base + t) * self.num_runners)
             else:
-                out = module.forward_inference(batch)
+                out = inference_fn(batch)
             out = dict(out)
             if _ACTIONS not in out and _DIST_INPUTS in out:  # RLlib's GetActions
                 if explore:

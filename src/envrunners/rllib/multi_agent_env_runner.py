@@ -16,6 +16,7 @@ modules or episode callbacks, RLlib's own ``_sample`` runs instead (logged once)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -52,6 +53,7 @@ __all__ = ["MultiAgentEnvRunner"]
 
 logger = logging.getLogger("envrunners")
 
+_NO_CONTEXT = contextlib.nullcontext()
 _EPISODE_EVENTS = ("on_episode_created", "on_episode_start", "on_episode_step", "on_episode_end")
 
 
@@ -167,14 +169,15 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
             )
         self._env_step_s, self._env_step_calls = 0.0, 0
         try:
-            result = core.run(
-                act_fn=acting,
-                explore=explore,
-                num_timesteps=num_timesteps,
-                num_episodes=num_episodes,
-                count_agent_steps=self.config.count_steps_by == "agent_steps",
-                defer_extras=bool(self.episodes_to_numpy),
-            )
+            with acting if acting is not None else _NO_CONTEXT:
+                result = core.run(
+                    act_fn=acting,
+                    explore=explore,
+                    num_timesteps=num_timesteps,
+                    num_episodes=num_episodes,
+                    count_agent_steps=self.config.count_steps_by == "agent_steps",
+                    defer_extras=bool(self.episodes_to_numpy),
+                )
         except BaseException:
             core.started = False  # episodes in flight are inconsistent: reset next time
             raise
