@@ -350,10 +350,11 @@ def test_custom_connector_runs_rllib_loop(ray_session, caplog):
 
 
 @needs_rllib
-def test_random_actions_and_agent_step_counting(ray_session):
+def test_random_actions_agent_steps_and_list_episodes(ray_session):
     from envrunners.rllib import MultiAgentEnvRunner
 
     config = _config(0).multi_agent(count_steps_by="agent_steps")
+    config.env_runners(episodes_to_numpy=False)
     runner = MultiAgentEnvRunner(config=config)
     try:
         episodes = runner.sample(num_timesteps=50, random_actions=True)
@@ -363,5 +364,15 @@ def test_random_actions_and_agent_step_counting(ray_session):
         for e in episodes:
             for sa in e.agent_episodes.values():
                 assert "action_logp" not in sa.extra_model_outputs  # no module ran
+        # With the module, not numpy'd: RLlib's list-based episodes, extra outputs per step.
+        episodes = runner.sample(num_timesteps=50)
+        for e in episodes:
+            assert not e.is_numpy
+            e.validate()
+            for sa in e.agent_episodes.values():
+                extras = sa.extra_model_outputs
+                assert {"action_dist_inputs", "action_logp", "weights_seq_no"} <= set(extras)
+                assert len(extras["action_logp"]) == len(sa)
+                assert isinstance(sa.actions.data, list)
     finally:
         runner.stop()
