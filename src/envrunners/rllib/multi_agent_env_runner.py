@@ -116,6 +116,11 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
         events = [e for e in _EPISODE_EVENTS if self._listens(e)]
         if events:
             return f"episode callbacks {events} are configured"
+        sub_envs = getattr(self.env, "envs", None)
+        if not sub_envs:
+            return f"the vector env {type(self.env).__name__} exposes no sub-envs (`envs`)"
+        if not getattr(sub_envs[0].unwrapped, "possible_agents", None):
+            return "the env declares no `possible_agents` (our loop needs every agent's spaces)"
         if random_actions:
             if self.module is None:
                 return None
