@@ -40,8 +40,10 @@ value, what was expected and, where there is one, the fix::
     │   └── NonFiniteModuleOutputError a module's logits/means (module_id)
     ├── UnsupportedSpaceException    an observation or action space is not supported
     ├── NotSerializable              an object cannot be serialized
-    └── LoggerPackageMissingError(ImportError) a logger's package (tensorboard, wandb, mlflow)
-                                     is not installed
+    ├── LoggerPackageMissingError(ImportError) a logger's package (tensorboard, wandb, mlflow)
+    │                                is not installed
+    └── RLlibNotInstalledError(ModuleNotFoundError) ``envrunners.rllib`` without a usable
+                                     RLlib 2.60 (the extra ``rllib``)
 
     StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
                                      silent recreate (``ray.rllib.env.env_errors``)
@@ -81,6 +83,7 @@ __all__ = [
     "OfflineInputNotFoundError",
     "OfflineSchemaError",
     "PickleNotAllowedError",
+    "RLlibNotInstalledError",
     "RemoteEnvRunnerError",  # noqa: F822 - built on first use (module __getattr__)
     "SpaceError",
     "StepFailedRecreateEnvError",
@@ -465,3 +468,10 @@ class VectorEnvWorkerDiedError(SubEnvError):
 
     def __reduce__(self):  # keep the keyword attributes across processes (Ray)
         return (_rebuild_error, (type(self), self.args, self.__dict__))
+
+
+# -- envrunners.rllib: our runners inside RLlib's algorithms (issue 19, multi-agent half) ---
+
+
+class RLlibNotInstalledError(EnvRunnersError, ModuleNotFoundError):
+    """``envrunners.rllib`` was imported without a usable RLlib 2.60 (install the extra ``rllib``)."""
