@@ -94,6 +94,14 @@ def test_staleness_bound_and_recorded_weight_versions(ray_session):
         assert sampler.num_requests_lost == 0
         # K requests per runner are out while the driver "trains".
         assert sampler.num_in_flight() + sampler.num_queued() == K * 2
+        # A jump of more than K versions (set_weights, a restore): what was sampled
+        # before it is dropped, never trained, and sampling goes on with the new weights.
+        version += K + 1
+        _push_version(group, version)
+        sampler.set_weights_version(version)
+        results = sampler.take(max_env_steps=32, timeout_s=60)
+        assert results and all(r.weights_seq_no == version for r in results)
+        assert sampler.num_results_too_stale > 0
     finally:
         group.stop()
 
@@ -198,3 +206,29 @@ def test_weights_set_from_another_thread_never_change_a_running_sample():
                 assert (seq == version).all()
     finally:
         runner.stop()
+
+
+def test_multi_agent_ppo_trains_continuously(ray_session):
+    from envrunners.env.multi_agent_env import make_multi_agent
+
+    config = (
+        PPOConfig()
+        .environment(make_multi_agent("CartPole-v1"), env_config={"num_agents": 2})
+        .env_runners(num_env_runners=1, rollout_fragment_length=50, sample_continuously=True)
+        .training(train_batch_size=200, minibatch_size=100, num_epochs=1)
+        .rl_module(model_config={"fcnet_hiddens": [16]})
+        .multi_agent(
+            policies={"p0", "p1"},
+            policy_mapping_fn=lambda agent_id, episode, **kwargs: f"p{agent_id}",
+        )
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    try:
+        for _ in range(3):
+            result = algo.train()
+        assert result["continuous_sampling"]["weights_staleness_max"] <= 1
+        assert result["learners"]["p0"]["num_module_steps_trained"] > 0
+        assert result["learners"]["p1"]["num_module_steps_trained"] > 0
+    finally:
+        algo.stop()

@@ -371,6 +371,7 @@ class Algorithm:
             "num_requests_in_flight": sampler.num_in_flight(),
             "num_results_queued": sampler.num_queued(),
             "num_requests_lost_lifetime": sampler.num_requests_lost,
+            "num_results_too_stale_lifetime": sampler.num_results_too_stale,
         }
 
     def _new_stack_result(self, steps: list[tuple[dict, dict, int]]) -> dict[str, Any]:

@@ -20,10 +20,12 @@ before it was sent, and weights never change in the middle of a ``sample()``.
 
 Staleness bound: data sampled with version ``d`` is trained while the driver's
 version ``V`` is at most ``d + K``. ``take`` at version ``V`` therefore waits for
-(and includes) every result sent under a version ``<= V - K``, even when the
-batch is already full: a slow runner can fall at most K versions behind
-(stale-synchronous sampling). With K = 1 every training step includes one
-result of each healthy runner, sampled while the previous step trained.
+(and includes) every result sent under version ``V - K``, even when the batch is
+already full: a slow runner can fall at most K versions behind (stale-synchronous
+sampling). With K = 1 every training step includes one result of each healthy
+runner, sampled while the previous step trained. A result that could only be
+trained later than that (its runner missed the deadline of the step that waited
+for it, or the version jumped) is dropped and counted in ``num_results_too_stale``.
 
 Failures: results already fetched are kept (a runner killed afterwards loses
 none of them); requests in flight on a runner that failed are lost and counted
@@ -140,6 +142,8 @@ class ContinuousSampler:
         self.num_results_received = 0
         #: Requests lost with their runner (it failed, was killed or missed a deadline).
         self.num_requests_lost = 0
+        #: Results dropped because they arrived more than K versions old.
+        self.num_results_too_stale = 0
 
     # ------------------------------------------------------------------ state
     def set_weights_version(self, version: int) -> None:
@@ -271,19 +275,31 @@ class ContinuousSampler:
         if timeout_s is None:
             timeout_s = config.sample_timeout_s
         deadline = None if timeout_s is None else time.monotonic() + float(timeout_s)
-        # Data sent under a version below this must be trained in this step.
-        due = self.weights_version + 1 - self.max_requests_in_flight_per_env_runner
-        wait = _POLL_MIN_S
+        # Data sent under a version below ``due`` must be trained in this step; below
+        # ``oldest`` it is too old to train at all.
+        oldest = self.weights_version - self.max_requests_in_flight_per_env_runner
+        due = oldest + 1
+        taken: list[ContinuousSample] = []
+        steps, wait, got = 0, _POLL_MIN_S, self.poll(0.0)
         while True:
-            got = self.poll(0.0)
+            self._drop_too_stale(oldest)
+            # Results move from the queue to this step as they come (oldest first), so
+            # their runners get new requests even when a batch needs more than K each.
+            kept: collections.deque[ContinuousSample] = collections.deque()
+            for result in self._ready:
+                if steps < need or result.sent_version < due:
+                    taken.append(result)
+                    steps += result.agent_steps if agents else result.env_steps
+                else:
+                    kept.append(result)
+            self._ready = kept
             self.fill()
-            have = sum((r.agent_steps if agents else r.env_steps) for r in self._ready)
-            overdue = any(v < due for vs in self._in_flight.values() for v in vs)
-            if have >= need and not overdue:
-                break
+            overdue = any(oldest <= v < due for vs in self._in_flight.values() for v in vs)
+            if steps >= need and not overdue:
+                return taken
             if self.num_in_flight() == 0 and not self._restoring():
-                if self._ready:
-                    break
+                if taken:
+                    return taken
                 raise errors.RemoteEnvRunnerError(
                     "Continuous sampling: no healthy remote env runner is left "
                     f"(0 of {self.group.num_remote_env_runners()}) and none is being "
@@ -291,15 +307,15 @@ class ContinuousSampler:
                 )
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                if self._ready:
+                if taken:
                     logger.warning(
                         "Continuous sampling: returning %d of the %d steps asked for after "
                         "sample_timeout_s=%ss.",
-                        have,
+                        steps,
                         need,
                         timeout_s,
                     )
-                    break
+                    return taken
                 raise errors.RemoteEnvRunnerError(
                     f"Continuous sampling: no sample() result within sample_timeout_s="
                     f"{timeout_s}s from remote env runners {self.group.healthy_env_runner_ids()}"
@@ -310,19 +326,25 @@ class ContinuousSampler:
             if deadline is not None:
                 wait = min(wait, max(0.0, deadline - now))
             if self.num_in_flight():
-                self.poll(wait)
+                got = self.poll(wait)
             else:  # runners are being restored: let the group move them along
                 time.sleep(wait)
-        taken, kept, steps = [], collections.deque(), 0
-        for result in self._ready:
-            if steps < need or result.sent_version < due:
-                taken.append(result)
-                steps += result.agent_steps if agents else result.env_steps
-            else:
-                kept.append(result)
+                got = 0
+
+    def _drop_too_stale(self, oldest: int) -> None:
+        if not any(r.weights_seq_no < oldest for r in self._ready):
+            return
+        kept = collections.deque(r for r in self._ready if r.weights_seq_no >= oldest)
+        dropped = len(self._ready) - len(kept)
+        self.num_results_too_stale += dropped
         self._ready = kept
-        self.fill()
-        return taken
+        logger.warning(
+            "Continuous sampling: dropped %d result(s) sampled more than %d weight versions "
+            "ago (num_results_too_stale=%d).",
+            dropped,
+            self.max_requests_in_flight_per_env_runner,
+            self.num_results_too_stale,
+        )
 
     def _restoring(self) -> bool:
         """Whether some remote runner is out of service but may come back."""
