@@ -142,6 +142,7 @@ def run_continuous(target: str, repeats: int) -> dict:
         nonlocal version
         results = sampler.take(max_env_steps=BATCH, timeout_s=60.0)
         version += 1  # as after a learner update: a new version, pushed without waiting
+        group.local_env_runner._weights_seq_no = version  # what a learner's push would say
         t = time.perf_counter()
         group.sync_weights()
         sync_s.append(time.perf_counter() - t)

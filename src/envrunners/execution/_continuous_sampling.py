@@ -332,9 +332,11 @@ class ContinuousSampler:
                 got = 0
 
     def _drop_too_stale(self, oldest: int) -> None:
-        if not any(r.weights_seq_no < oldest for r in self._ready):
+        # By the version the request was sent under (the sampler's own count): a runner
+        # reports what its pushes said, which a caller may not bump (0 = "force").
+        if not any(r.sent_version < oldest for r in self._ready):
             return
-        kept = collections.deque(r for r in self._ready if r.weights_seq_no >= oldest)
+        kept = collections.deque(r for r in self._ready if r.sent_version >= oldest)
         dropped = len(self._ready) - len(kept)
         self.num_results_too_stale += dropped
         self._ready = kept
