@@ -250,9 +250,12 @@ class ContinuousSampler:
     ) -> list[ContinuousSample]:
         """The oldest results with at least ``max_env_steps`` (or agent) steps; refill.
 
-        Also waits for (and returns) every result sent under a version at most
+        Also waits for (and returns) every result sent under version
         ``weights_version - K``, so nothing left behind is trained more than K
-        versions after it was sampled. Without a maximum, at least one result.
+        versions after it was sampled; older results are dropped (counted in
+        ``num_results_too_stale``). Results leave the queue as they come, so their
+        runners sample on even when a batch needs more than K results of each.
+        Without a maximum, at least one result.
 
         Args:
             max_env_steps: Env steps wanted.
