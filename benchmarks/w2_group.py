@@ -6,6 +6,14 @@ One iteration = ``synchronous_parallel_sample(max_env_steps=4000)`` over the gro
 env steps/s, iteration latency, the cold group start (including Ray's start, as a
 user sees it) and the runners' RSS. The reference variant ``local_1x16`` is one
 in-process runner with the same 16 envs, ``sample(num_timesteps=4000)``.
+
+``group_2x16_continuous`` (envrunners only: RLlib's PPO has no such mode) is the
+continuous mode of ``config.env_runners(sample_continuously=True)``: 2 remote
+runners x 16 envs keep sampling (``max_requests_in_flight_per_env_runner=2``
+requests each) while the driver takes ``BATCH`` steps per iteration
+(``ContinuousSampler.take``) and pushes weights without waiting
+(``sync_weights()``). Its rate is the env steps the driver receives per second;
+``continuous_vs_local`` compares it with ``local_1x16`` of the same run.
 """
 
 from __future__ import annotations
@@ -20,7 +28,11 @@ BATCH = 4000
 WARMUP_S = 12.0
 
 
-def _config(target: str, num_env_runners: int, num_envs: int):
+#: Requests in flight per runner in the continuous variant (its staleness bound).
+CONTINUOUS_IN_FLIGHT = 2
+
+
+def _config(target: str, num_env_runners: int, num_envs: int, **runners):
     PPOConfig = api(target, "envrunners.algorithms.ppo").PPOConfig
     config = (
         PPOConfig()
@@ -29,6 +41,7 @@ def _config(target: str, num_env_runners: int, num_envs: int):
             num_env_runners=num_env_runners,
             num_envs_per_env_runner=num_envs,
             rollout_fragment_length="auto",  # RLlib's PPO default, set for both targets
+            **runners,
         )
     )
     if target == "ray.rllib":
@@ -107,6 +120,68 @@ def run_group(target: str, repeats: int) -> dict:
     }
 
 
+def run_continuous(target: str, repeats: int) -> dict:
+    """2 remote runners x 16 envs sampling continuously; the env steps/s the driver receives."""
+    from envrunners.env.env_runner_group import EnvRunnerGroup
+    from envrunners.execution._continuous_sampling import ContinuousSampler
+
+    _shutdown_ray()
+    config = _config(
+        target,
+        2,
+        16,
+        sample_continuously=True,
+        max_requests_in_flight_per_env_runner=CONTINUOUS_IN_FLIGHT,
+    )
+    group = EnvRunnerGroup(config=config, num_env_runners=2, local_env_runner=True)
+    sampler = ContinuousSampler(group)
+    version = 0
+    sync_s: list[float] = []
+
+    def iteration() -> int:
+        nonlocal version
+        results = sampler.take(max_env_steps=BATCH, timeout_s=60.0)
+        version += 1  # as after a learner update: a new version, pushed without waiting
+        group.local_env_runner._weights_seq_no = version  # what a learner's push would say
+        t = time.perf_counter()
+        group.sync_weights()
+        sync_s.append(time.perf_counter() - t)
+        sampler.set_weights_version(version)
+        return sum(r.env_steps for r in results)
+
+    warm_until = time.perf_counter() + WARMUP_S
+    for k in range(1000):
+        iteration()
+        if k >= 1 and time.perf_counter() >= warm_until:
+            break
+    rates, steps = [], 0
+    sync_s.clear()
+    start = time.perf_counter()
+    for _ in range(max(3 * repeats, 10)):  # iterations vary more: the queue may be full or not
+        t = time.perf_counter()
+        n = iteration()
+        rates.append(n / (time.perf_counter() - t))
+        steps += n
+    seconds = time.perf_counter() - start
+    sampler.stop()
+    group.stop()
+    _shutdown_ray()
+    return {
+        "workload": WORKLOAD,
+        "target": target,
+        "variant": "group_2x16_continuous",
+        "num_runners": 2,
+        "num_envs": 32,
+        "max_requests_in_flight_per_env_runner": CONTINUOUS_IN_FLIGHT,
+        "env_steps_per_s": steps / seconds,
+        "per_s_min": min(rates),
+        "per_s_max": max(rates),
+        "iteration_ms_mean": 1000 * seconds / len(rates),
+        "sync_weights_ms_mean": 1000 * statistics.mean(sync_s),
+        "repeats": len(rates),
+    }
+
+
 def run_local(target: str, repeats: int) -> dict:
     """One in-process runner with the same 16 envs (no Ray)."""
     runner_mod = api(target, "envrunners.env.single_agent_env_runner")
@@ -133,6 +208,9 @@ def run(target: str, repeats: int = 5):
     """Yield the group record, the local reference, and (envrunners) their ratio."""
     group = run_group(target, repeats)
     yield group
+    continuous = run_continuous(target, repeats) if target == "envrunners" else None
+    if continuous is not None:
+        yield continuous
     local = run_local(target, repeats)
     yield local
     yield {
@@ -141,3 +219,10 @@ def run(target: str, repeats: int = 5):
         "variant": "group_vs_local",
         "speedup": group["env_steps_per_s"] / local["env_steps_per_s"],
     }
+    if continuous is not None:
+        yield {
+            "workload": WORKLOAD,
+            "target": target,
+            "variant": "continuous_vs_local",
+            "speedup": continuous["env_steps_per_s"] / local["env_steps_per_s"],
+        }

@@ -132,6 +132,10 @@ FIELDS: tuple[ConfigField, ...] = (
     _f("validate_env_runners_after_construction", bool, True, RUN, _B),
     _f("sample_timeout_s", float | None, 60.0, RUN, _pos_num_or_none),
     _f("max_requests_in_flight_per_env_runner", int, 1, RUN, _pos_int),
+    # envrunners key (RLlib has none; its IMPALA/APPO always sample this way): the remote
+    # runners keep sampling while the driver trains (``execution/_continuous_sampling``),
+    # with max_requests_in_flight_per_env_runner as the staleness bound in weight versions.
+    _f("sample_continuously", bool, False, RUN, _B),
     _f("env_to_module_connector", Callable | None, None, RUN, c.optional_callable),
     _f("module_to_env_connector", Callable | None, None, RUN, c.optional_callable),
     _f("add_default_connectors_to_env_to_module_pipeline", bool, True, RUN, _B),

@@ -15,6 +15,12 @@ loop. This class is that entry point on top of the sampling layer, on both API s
   trained by the local worker's ``learn_on_batch``; results in RLlib's old layout
   (``env_runners/episode_reward_mean``, ``info/learner/<policy id>/learner_stats``).
 
+With ``config.env_runners(sample_continuously=True)`` (new stack, remote runners)
+the runners keep sampling while the driver trains: each training step takes the
+results they finished meanwhile (``execution/_continuous_sampling``), trains, and
+pushes the weights without waiting; results report how many weight versions
+behind the trained data was (``continuous_sampling/weights_staleness_*``).
+
 Checkpoints are plain files (JSON + ``.npz``, no pickle). Algorithm-level
 callbacks (``on_algorithm_init``, ``on_train_result``, ``on_evaluate_start`` /
 ``_end``, ``on_checkpoint_loaded``) fire where RLlib fires them.
@@ -23,7 +29,8 @@ Refused with ``ConfigError`` (see ``_refuse_unsupported``): remote learners
 (``num_learners > 0``), learner GPUs (the learners train on the CPU),
 ``evaluation_parallel_to_training``, a hybrid API stack (one flag of the two),
 ``add_default_connectors_to_env_to_module_pipeline=False``, offline ``input_`` on
-the new stack, and on the old stack an ``exploration_config`` other than
+the new stack, ``sample_continuously`` on the old stack or without remote runners,
+and on the old stack an ``exploration_config`` other than
 ``StochasticSampling``. ``validate()`` refuses ``exploration_config`` on the new
 stack and ``add_default_connectors_to_learner_pipeline=False``.
 """
@@ -121,6 +128,9 @@ class Algorithm:
         self.env_runner_group = EnvRunnerGroup(config=config, **self._group_kwargs())
         self.eval_env_runner_group: Any = None
         self.learner: Any = None
+        #: ``config.sample_continuously``: the ``ContinuousSampler`` (built on first use).
+        self._continuous: Any = None
+        self._staleness: list[int] = []
         try:
             if self._old_stack:
                 self.env_runner_group.sync_weights()
@@ -287,6 +297,8 @@ class Algorithm:
         """New stack: sample, update, sync. Returns ``(runner metrics, stats, env steps)``."""
         from envrunners.execution.rollout_ops import synchronous_parallel_sample
 
+        if self.config.sample_continuously:
+            return self._training_step_continuous()
         config, group = self.config, self.env_runner_group
         with self._timed("sample"):
             episodes, runner_metrics = synchronous_parallel_sample(
@@ -304,6 +316,64 @@ class Algorithm:
             group.sync_env_runner_states(config=config, env_steps_sampled=self._env_steps_sampled)
         return merge_runner_metrics(runner_metrics), stats, env_steps
 
+    def _training_step_continuous(self) -> tuple[dict[str, Any], dict[str, Any], int]:
+        """New stack, ``sample_continuously``: train on results the runners sampled meanwhile.
+
+        Takes the oldest ready results (``ContinuousSampler.take``: at least
+        ``total_train_batch_size`` steps, and every result that would otherwise be
+        trained more than ``max_requests_in_flight_per_env_runner`` weight versions
+        after it was sampled), updates, then pushes the weights and connector
+        states without waiting for the runners, which are sampling the next results.
+        """
+        config, group = self.config, self.env_runner_group
+        sampler = self._continuous_sampler()
+        sampler.set_weights_version(self.learner.weights_seq_no)
+        with self._timed("sample"):
+            results = sampler.take(timeout_s=config.sample_timeout_s, **self._sample_limit())
+        self._staleness.extend(sampler.staleness(results))
+        episodes = [episode for result in results for episode in result.samples]
+        env_steps = sum(result.env_steps for result in results)
+        self._env_steps_sampled += env_steps
+        with self._timed("learn"):
+            stats = self.learner.update(episodes)
+        with self._timed("synch_weights"):
+            self._sync_runner_weights(group)
+            sampler.set_weights_version(self.learner.weights_seq_no)
+            # One state per runner (its latest): each includes what its earlier ones saw.
+            latest = {r.runner_id: r.connector_states for r in results if r.connector_states}
+            group.sync_env_runner_states(
+                config=config,
+                env_steps_sampled=self._env_steps_sampled,
+                connector_states=list(latest.values()),
+            )
+        return merge_runner_metrics([r.metrics for r in results]), stats, env_steps
+
+    def _continuous_sampler(self) -> Any:
+        if self._continuous is None:
+            from envrunners.execution._continuous_sampling import ContinuousSampler
+
+            config = self.config
+            merge = config.merge_env_runner_states is True or (
+                config.merge_env_runner_states == "training_only" and not config.in_evaluation
+            )
+            self._continuous = ContinuousSampler(self.env_runner_group, with_connector_states=merge)
+        return self._continuous
+
+    def _continuous_result(self) -> dict[str, Any]:
+        """``continuous_sampling``: how stale the trained data was, and the queue's state."""
+        sampler, staleness = self._continuous, self._staleness
+        self._staleness = []
+        return {
+            "weights_staleness_mean": float(sum(staleness) / len(staleness)) if staleness else 0.0,
+            "weights_staleness_max": float(max(staleness, default=0)),
+            "staleness_bound": sampler.max_requests_in_flight_per_env_runner,
+            "num_results_trained": len(staleness),
+            "num_requests_in_flight": sampler.num_in_flight(),
+            "num_results_queued": sampler.num_queued(),
+            "num_requests_lost_lifetime": sampler.num_requests_lost,
+            "num_results_too_stale_lifetime": sampler.num_results_too_stale,
+        }
+
     def _new_stack_result(self, steps: list[tuple[dict, dict, int]]) -> dict[str, Any]:
         group = self.env_runner_group
         env_runners = merge_runner_metrics([m for m, _, _ in steps])
@@ -312,7 +382,7 @@ class Algorithm:
         self._episodes += int(sum(m.get("num_episodes", 0) for m, _, _ in steps))
         env_runners["num_episodes_lifetime"] = float(self._episodes)
         env_runners["num_env_steps_sampled_lifetime"] = float(self._env_steps_sampled)
-        return {
+        result = {
             "env_runners": env_runners,
             "learners": self._learner_results(steps),
             "num_training_step_calls_per_iteration": len(steps),
@@ -323,6 +393,12 @@ class Algorithm:
             },
             "env_runner_group": {"actor_manager_num_outstanding_async_reqs": 0},
         }
+        if self._continuous is not None:
+            result["continuous_sampling"] = self._continuous_result()
+            result["env_runner_group"]["actor_manager_num_outstanding_async_reqs"] = (
+                self._continuous.num_in_flight()
+            )
+        return result
 
     def _learner_results(self, steps: list[tuple[dict, dict, int]]) -> dict[str, Any]:
         """``learners/<module id>/...`` from the last step's stats, counts over all steps."""
@@ -710,6 +786,8 @@ class Algorithm:
     # ------------------------------------------------------------------ shutdown
     def stop(self) -> None:
         """Stop the runners of both groups (and a Ray the groups started)."""
+        if getattr(self, "_continuous", None) is not None:
+            self._continuous.stop()
         if getattr(self, "eval_env_runner_group", None) is not None:
             self.eval_env_runner_group.stop()
             self.eval_env_runner_group = None
@@ -840,7 +918,8 @@ def _refuse_unsupported(config: AlgorithmConfig) -> None:
     path does batching and tensors itself, so there are no default pieces to leave
     out), offline ``input_`` on the new stack (its runners only sample envs) and, on
     the old stack, an ``exploration_config`` other than ``StochasticSampling`` (the
-    policies sample from their action distribution).
+    policies sample from their action distribution); ``sample_continuously`` on the
+    old stack or with ``num_env_runners=0``.
     """
     problems = []
     if config.num_learners:
@@ -887,6 +966,17 @@ def _refuse_unsupported(config: AlgorithmConfig) -> None:
             f"exploration_config={exploration!r} is not supported on the old stack: the "
             "policies sample from their action distribution (StochasticSampling; "
             "explore=False acts greedily); remove exploration_config"
+        )
+    if config.sample_continuously and not new_runners:
+        problems.append(
+            "sample_continuously=True needs the new API stack (EnvRunners and episodes); "
+            "the old stack's RolloutWorkers sample synchronously"
+        )
+    elif config.sample_continuously and int(config.num_env_runners) < 1:
+        problems.append(
+            f"sample_continuously=True needs remote env runners to sample while the driver "
+            f"trains, but num_env_runners={config.num_env_runners}; set "
+            "config.env_runners(num_env_runners=1 or more)"
         )
     if problems:
         raise ConfigError(problems=problems)

@@ -198,7 +198,12 @@ class AlgorithmConfig:
                 ``module_to_env_connector`` (``fn(env, spaces)`` or ``fn(env)``),
                 ``add_default_connectors_to_env_to_module_pipeline`` /
                 ``add_default_connectors_to_module_to_env_pipeline`` (bool; the latter
-                adds ``NormalizeAndClipActions`` for Box actions) and the other keys in
+                adds ``NormalizeAndClipActions`` for Box actions), envrunners' own
+                ``sample_continuously`` (default False; True: the remote runners keep
+                sampling while the driver trains, each with at most
+                ``max_requests_in_flight_per_env_runner`` requests outstanding, and
+                trained data is at most that many weight versions old; needs
+                ``num_env_runners >= 1`` and the new API stack) and the other keys in
                 this method's signature. Old names such as ``num_rollout_workers``
                 still work with a ``DeprecationWarning``.
         """

@@ -18,6 +18,7 @@ import abc
 import logging
 import math
 import random
+import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -264,6 +265,9 @@ class NewStackEnvRunner(EnvRunner):
         self._module_to_env: Any = None
         self._needs_initial_reset = True
         self._weights_seq_no = 0
+        #: Held by ``sample()`` and ``set_state``: weights set from another thread wait
+        #: for a running sample, whose steps all record the ``weights_seq_no`` it began with.
+        self._weights_lock = threading.RLock()
         self._explore = bool(self.config.explore)
         self._inference_time = 0.0
         self._time_after_sampling: float | None = None
@@ -504,6 +508,10 @@ class NewStackEnvRunner(EnvRunner):
         Raises:
             AttributeError: The state has weights but the runner has no module.
         """
+        with self._weights_lock:
+            self._apply_state(state)
+
+    def _apply_state(self, state: dict) -> None:
         if COMPONENT_ENV_TO_MODULE_CONNECTOR in state:
             self._set_connector_state(self._env_to_module, state[COMPONENT_ENV_TO_MODULE_CONNECTOR])
         if COMPONENT_MODULE_TO_ENV_CONNECTOR in state:

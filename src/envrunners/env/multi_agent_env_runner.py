@@ -255,42 +255,43 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         episodes come first, then each sub-env's in-progress chunk, which the next
         call continues (same ``id_``, ``env_t_started`` = this chunk's ``env_t``).
         """
-        random_actions = self._acts_randomly(random_actions)
-        num_timesteps, num_episodes, start = self._begin_sample(
-            num_timesteps, num_episodes, explore, random_actions
-        )
-        sampler = self._sampler
-        reset = force_reset or num_episodes is not None or self._needs_initial_reset
-        if reset or not sampler.started:
-            sampler.start()
-        if num_episodes is not None:
-            self._needs_initial_reset = True
-        self._modules = modules = dict(self.module.items()) if self.module is not None else {}
-        self._fast_acting = {mid: setup.fast_acting(m) for mid, m in modules.items()}
-        sampler.use_states({mid: m for mid, m in modules.items() if m.is_stateful()})
-        sampler.weights_seq_no = self._weights_seq_no
-        t_offset = self._t_offset()
-        try:
-            with runner_setup.torch_threads(self.config, self.worker_index):
-                result = sampler.run(
-                    act_fn=None if random_actions else self._act,
-                    explore=self._explore,
-                    num_timesteps=num_timesteps,
-                    num_episodes=num_episodes,
-                    count_agent_steps=self.config.count_steps_by == "agent_steps",
-                    t_offset=t_offset,
-                    defer_extras=bool(self.config.episodes_to_numpy),
-                )
-        except BaseException:
-            sampler.started = False  # the episodes in flight are inconsistent: reset next time
-            raise
-        self._record(result)
-        episodes = result.episodes
-        if self.config.episodes_to_numpy:
-            for episode in episodes:
-                episode.to_numpy()
-        self._end_sample(episodes, start)
-        return episodes
+        with self._weights_lock:  # weights set meanwhile wait (see set_state)
+            random_actions = self._acts_randomly(random_actions)
+            num_timesteps, num_episodes, start = self._begin_sample(
+                num_timesteps, num_episodes, explore, random_actions
+            )
+            sampler = self._sampler
+            reset = force_reset or num_episodes is not None or self._needs_initial_reset
+            if reset or not sampler.started:
+                sampler.start()
+            if num_episodes is not None:
+                self._needs_initial_reset = True
+            self._modules = modules = dict(self.module.items()) if self.module is not None else {}
+            self._fast_acting = {mid: setup.fast_acting(m) for mid, m in modules.items()}
+            sampler.use_states({mid: m for mid, m in modules.items() if m.is_stateful()})
+            sampler.weights_seq_no = self._weights_seq_no
+            t_offset = self._t_offset()
+            try:
+                with runner_setup.torch_threads(self.config, self.worker_index):
+                    result = sampler.run(
+                        act_fn=None if random_actions else self._act,
+                        explore=self._explore,
+                        num_timesteps=num_timesteps,
+                        num_episodes=num_episodes,
+                        count_agent_steps=self.config.count_steps_by == "agent_steps",
+                        t_offset=t_offset,
+                        defer_extras=bool(self.config.episodes_to_numpy),
+                    )
+            except BaseException:
+                sampler.started = False  # the episodes in flight are inconsistent: reset next time
+                raise
+            self._record(result)
+            episodes = result.episodes
+            if self.config.episodes_to_numpy:
+                for episode in episodes:
+                    episode.to_numpy()
+            self._end_sample(episodes, start)
+            return episodes
 
     # -- what NewStackEnvRunner asks of us: agents, modules and states --------------
     def _steps_by_agent_and_module(self, result: MultiAgentSampleResult) -> dict:

@@ -301,39 +301,40 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         in-progress chunk of each sub-env, which the next call continues (same
         ``id_``, ``t_started`` = this chunk's ``t``).
         """
-        random_actions = self._acts_randomly(random_actions)
-        num_timesteps, num_episodes, start = self._begin_sample(
-            num_timesteps, num_episodes, explore, random_actions
-        )
-        if force_reset or num_episodes is not None or self._needs_initial_reset:
-            self._reset_envs()
-        if self._sampler.ready_first:  # a connector may have been added since make_env
-            self._check_ready_first_connectors()
-        if num_episodes is not None:
-            self._needs_initial_reset = True
-        sampler = self._sampler
-        sampler.weights_seq_no = self._weights_seq_no
-        t_offset = self._t_offset()
-        with runner_setup.torch_threads(self.config, self.worker_index):
-            result = sampler.run(
-                act_fn=(
-                    None
-                    if random_actions
-                    else self._act
-                    if sampler.recurrent is None
-                    else self._act_stateful
-                ),
-                explore=self._explore,
-                num_timesteps=num_timesteps,
-                num_episodes=num_episodes,
-                random_actions=random_actions,
-                t_offset=t_offset,
+        with self._weights_lock:  # weights set meanwhile wait (see set_state)
+            random_actions = self._acts_randomly(random_actions)
+            num_timesteps, num_episodes, start = self._begin_sample(
+                num_timesteps, num_episodes, explore, random_actions
             )
-        self._record(result)
-        episodes = result.episodes
-        runner_setup.fire_episode_callbacks(self, result)
-        self._end_sample(episodes, start)
-        return episodes
+            if force_reset or num_episodes is not None or self._needs_initial_reset:
+                self._reset_envs()
+            if self._sampler.ready_first:  # a connector may have been added since make_env
+                self._check_ready_first_connectors()
+            if num_episodes is not None:
+                self._needs_initial_reset = True
+            sampler = self._sampler
+            sampler.weights_seq_no = self._weights_seq_no
+            t_offset = self._t_offset()
+            with runner_setup.torch_threads(self.config, self.worker_index):
+                result = sampler.run(
+                    act_fn=(
+                        None
+                        if random_actions
+                        else self._act
+                        if sampler.recurrent is None
+                        else self._act_stateful
+                    ),
+                    explore=self._explore,
+                    num_timesteps=num_timesteps,
+                    num_episodes=num_episodes,
+                    random_actions=random_actions,
+                    t_offset=t_offset,
+                )
+            self._record(result)
+            episodes = result.episodes
+            runner_setup.fire_episode_callbacks(self, result)
+            self._end_sample(episodes, start)
+            return episodes
 
     def _reset_envs(self) -> None:
         seed = self._seed if self._needs_initial_reset else None
