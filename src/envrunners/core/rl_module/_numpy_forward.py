@@ -130,13 +130,25 @@ class NumpyForward:
     whose stacks all have a numpy activation; see :class:`NumpyPlan` for why.
     """
 
-    __slots__ = ("encoder", "pi", "vf_encoder", "vf", "params", "pointers")
+    __slots__ = (
+        "encoder",
+        "pi",
+        "vf_encoder",
+        "vf",
+        "params",
+        "pointers",
+        "pi_params",
+        "pi_pointers",
+    )
 
     def __init__(self, encoder: NumpyPlan, pi: NumpyPlan, vf_encoder: Any, vf: Any):
         self.encoder, self.pi, self.vf_encoder, self.vf = encoder, pi, vf_encoder, vf
         plans = [p for p in (encoder, pi, vf_encoder, vf) if p is not None]
         self.params = [p for plan in plans for p in plan.params]
         self.pointers = [q for plan in plans for q in plan.pointers]
+        #: The policy path's own parameters (acting without values reads no others).
+        self.pi_params = [*encoder.params, *pi.params]
+        self.pi_pointers = [*encoder.pointers, *pi.pointers]
 
     @classmethod
     def build(cls, module: Any) -> NumpyForward | None:
@@ -149,20 +161,32 @@ class NumpyForward:
             return None
         return cls(*plans)
 
-    def current(self) -> bool:
-        """Whether every view still shows its parameter's storage (checked per call)."""
+    def current(self, with_values: bool = True) -> bool:
+        """Whether every view still shows its parameter's storage (checked per call);
+        with ``with_values=False`` only the views of the policy path, the ones it runs."""
+        if not with_values:
+            return list(map(_DATA_PTR, self.pi_params)) == self.pi_pointers
         return list(map(_DATA_PTR, self.params)) == self.pointers
 
     def __call__(self, x: np.ndarray, with_values: bool) -> tuple[np.ndarray, Any]:
         """``(B, in)`` float32 -> (policy output ``(B, D)``, values ``(B,)`` or None)."""
+        pi_t, values = self.forward_transposed(x, with_values)
+        return np.ascontiguousarray(pi_t.T), values
+
+    def forward_transposed(self, x: np.ndarray, with_values: bool) -> tuple[np.ndarray, Any]:
+        """``(B, in)`` float32 -> (policy output ``(D, B)``, values ``(B,)`` or None).
+
+        The policy output in the layers' own layout (fresh, C-contiguous): a
+        reduction over its ``D`` rows runs along contiguous ``B``-long rows.
+        """
         xt = np.ascontiguousarray(x.T)
         ht = self.encoder.run_transposed(xt)
-        pi_out = np.ascontiguousarray(self.pi.run_transposed(ht).T)
+        pi_t = self.pi.run_transposed(ht)
         values = None
         if with_values and self.vf is not None:
             hv = ht if self.vf_encoder is None else self.vf_encoder.run_transposed(xt)
             values = self.vf.run_transposed(hv).reshape(-1)
-        return pi_out, values
+        return pi_t, values
 
 
 class NumpyLSTM:

@@ -67,6 +67,7 @@ from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
 __all__ = ["DefaultTorchRLModule", "compute_actions_numpy", "default_rl_module_spec"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+_LOGADDEXP_REDUCE = np.logaddexp.reduce
 _NO_CONTEXT = contextlib.nullcontext()
 #: Batch keys of the previous actions / rewards an LSTM with
 #: ``lstm_use_prev_action`` / ``lstm_use_prev_reward`` reads (RLlib's old-stack names).
@@ -409,7 +410,7 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
         """
         fast = self._fast or self._fast_plan()
         numpy_forward = fast["numpy"]
-        if numpy_forward is not None and not numpy_forward.current():
+        if numpy_forward is not None and not numpy_forward.current(with_values):
             fast = self._fast_plan()  # a parameter's storage was replaced
             numpy_forward = fast["numpy"]
         to_numpy = fast["to_numpy"]
@@ -424,11 +425,12 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
         if numpy_forward is not None:
             if with_values and numpy_forward.vf is None:
                 self._require_value_head()
-            pi_np, values = numpy_forward(
+            pi_t, values = numpy_forward.forward_transposed(
                 obs if obs.ndim == 2 else obs.reshape(obs.shape[0], -1), with_values
             )
+            pi_np = np.ascontiguousarray(pi_t.T)
             if kind == "categorical":  # no torch call but the exponential draws
-                return _categorical_numpy_outputs(pi_np, values, explore, generator, fast)
+                return _categorical_numpy_outputs(pi_np, pi_t, values, explore, generator, fast)
             pi_out = torch.from_numpy(pi_np)
         # Only torch layers (and the Gaussian's log-std parameter) need autograd off;
         # the numpy forward's outputs are plain tensors (entering the mode costs ~1.5 us).
@@ -572,14 +574,16 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
 
 def _categorical_numpy_outputs(
     logits: np.ndarray,
+    logits_t: np.ndarray,
     values: np.ndarray | None,
     explore: bool,
     generator: torch.Generator | None,
     fast: dict[str, Any],
 ) -> dict[str, np.ndarray]:
-    """The acting outputs of a categorical policy from the numpy forward's logits."""
+    """The acting outputs of a categorical policy from the numpy forward's logits
+    (``(B, D)`` and the same values transposed, ``(D, B)``)."""
     if explore:
-        actions, logp = _sample_categorical_numpy(logits, generator)
+        actions, logp = _sample_categorical_numpy(logits, generator, logits_t)
     else:
         actions, logp = logits.argmax(-1), np.zeros(len(logits), np.float32)
     out = {
@@ -648,17 +652,25 @@ def _sample_categorical_cpu(
 
 
 def _sample_categorical_numpy(
-    logits: np.ndarray, generator: torch.Generator | None
+    logits: np.ndarray, generator: torch.Generator | None, logits_t: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Gumbel-max sample and its log-probability for numpy logits (torch's draws).
 
     ``argmax(l - log E)`` is ``argmax(log_softmax(l) - log E)`` (a per-row shift);
     the log-probability is ``l - logsumexp(l)``, with numpy's stable
     ``logaddexp.reduce`` (one reduction instead of max, shift, exp, sum and log).
+    ``logits_t``, the logits as a C-contiguous ``(D, B)`` array, makes that
+    reduction run along ``B``-long rows (the same sequence of operations per
+    row, so bitwise the same result: 3x faster at 128 rows than ``D``-long rows).
     """
     actions, starts = _gumbel_max(logits, generator)
-    log_norm = np.logaddexp.reduce(logits, axis=-1)
-    return actions, logits.reshape(-1)[starts + actions] - log_norm
+    if logits_t is None:
+        log_norm = _LOGADDEXP_REDUCE(logits, axis=-1)
+    else:
+        log_norm = _LOGADDEXP_REDUCE(logits_t, axis=0)
+    logp = logits.take(starts + actions)
+    logp -= log_norm
+    return actions, logp
 
 
 def _gumbel_max(
