@@ -276,7 +276,7 @@ class SingleAgentSampler:
         base = self._prepare_lookback_rows()
         self._capacity(base + (64 if episode_mode else -(-target // n_envs) + 2))
         self._obs.write(base, self._cur_obs)
-        self._infos[base] = self._cur_infos
+        self._infos[base] = self._cur_infos if any(self._cur_infos) else None
         prev_written, self._extras_written = self._extras_written, set()
         seg_start = [base] * n_envs
         states = self._states
@@ -338,7 +338,7 @@ class SingleAgentSampler:
                 self.start(obs, infos)
                 states = self._states
                 self._obs.write(base, self._cur_obs)
-                self._infos[base] = self._cur_infos
+                self._infos[base] = self._cur_infos if any(self._cur_infos) else None
                 seg_start = [base] * n_envs
                 finished = []
                 pending = []
