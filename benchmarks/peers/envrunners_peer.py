@@ -2,7 +2,11 @@
 
 ``sample(num_timesteps=..., explore=True)`` with PPO's default module, one local runner,
 one torch thread (``num_cpus_per_env_runner=1``). Backends: ``gymnasium`` (the default
-``FastSyncVectorEnv``) and ``envpool`` (``EnvPoolVectorEnv``; envrunners only).
+``FastSyncVectorEnv``, the config's defaults), ``envpool`` (``EnvPoolVectorEnv``, defaults:
+``overlap_inference="auto"`` decides), and, envrunners only, the explicit overlap variants
+``envpool_overlap`` / ``shared_memory_overlap`` (``overlap_inference=True``: the policy acts
+on half the envs while the other half steps) and ``shared_memory`` (worker processes,
+all envs per step).
 """
 
 from __future__ import annotations
@@ -20,18 +24,32 @@ SETTINGS = (
 )
 
 
+#: envrunners' backends: (env id prefix or mode, extra ``env_runners`` keys).
+BACKENDS = {
+    "gymnasium": ("gymnasium", {}),
+    "envpool": ("envpool", {}),
+    "envpool_overlap": ("envpool", {"overlap_inference": True}),
+    "shared_memory": ("gymnasium", {"gym_env_vectorize_mode": "shared_memory"}),
+    "shared_memory_overlap": (
+        "gymnasium",
+        {"gym_env_vectorize_mode": "shared_memory", "overlap_inference": True},
+    ),
+}
+
+
 def build_runner(target: str, workload: Workload, backend: str) -> Any:
     """A local runner on the workload's env with the given vector-env backend."""
+    source, keys = BACKENDS[backend]
     ppo = importlib.import_module(f"{target}.algorithms.ppo")
     runner_mod = importlib.import_module(f"{target}.env.single_agent_env_runner")
-    if backend == "envpool":
+    if source == "envpool":
         env: Any = "envpool:" + ("CartPole-v1" if workload.name == "cartpole" else "Pong-v5")
     else:
         env = "CartPole-v1" if workload.name == "cartpole" else partial(make_pong, target)
     config = (
         ppo.PPOConfig()
         .environment(env=env)
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=workload.num_envs)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=workload.num_envs, **keys)
     )
     if target == "ray.rllib":
         config = config.api_stack(
@@ -43,9 +61,7 @@ def build_runner(target: str, workload: Workload, backend: str) -> Any:
 def run(workload: Workload, repeats: int, target: str = "envrunners", backends=None):
     """One record per backend: the runner's env steps/s."""
     system = "envrunners" if target == "envrunners" else "rllib"
-    for backend in backends or (
-        ("gymnasium", "envpool") if target == "envrunners" else ("gymnasium",)
-    ):
+    for backend in backends or (tuple(BACKENDS) if target == "envrunners" else ("gymnasium",)):
         runner = build_runner(target, workload, backend)
         if target == "envrunners":
             layer = torch.nn.Linear if workload.name == "cartpole" else torch.nn.Conv2d
@@ -56,8 +72,16 @@ def run(workload: Workload, repeats: int, target: str = "envrunners", backends=N
             return sum(len(e) for e in episodes)
 
         stats = median_rate(once, repeats)
+        vector_env = {"vector_env": type(runner.env).__name__}
+        if target == "envrunners":  # how many envs the policy acted on per step (auto rule)
+            vector_env["acted_per_step"] = getattr(runner.env, "batch_size", workload.num_envs)
         runner.stop()
         version = importlib.import_module(target.split(".")[0]).__version__
         yield record(
-            workload, system, f"runner_{backend}", f"{SETTINGS}, {target} {version}", **stats
+            workload,
+            system,
+            f"runner_{backend}",
+            f"{SETTINGS}, {target} {version}",
+            **vector_env,
+            **stats,
         )
