@@ -39,8 +39,10 @@ value, what was expected and, where there is one, the fix::
     │   └── NonFiniteModuleOutputError a module's logits/means (module_id)
     ├── UnsupportedSpaceException    an observation or action space is not supported
     ├── NotSerializable              an object cannot be serialized
-    └── LoggerPackageMissingError(ImportError) a logger's package (tensorboard, wandb, mlflow)
-                                     is not installed
+    ├── LoggerPackageMissingError(ImportError) a logger's package (tensorboard, wandb, mlflow)
+    │                                is not installed
+    └── RLlibExtraMissingError(ModuleNotFoundError) ``envrunners.rllib`` without a working
+                                     ``ray[rllib]`` (names the ``rllib`` extra)
 
     StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
                                      silent recreate (``ray.rllib.env.env_errors``)
@@ -80,6 +82,7 @@ __all__ = [
     "OfflineInputNotFoundError",
     "OfflineSchemaError",
     "PickleNotAllowedError",
+    "RLlibExtraMissingError",
     "RemoteEnvRunnerError",  # noqa: F822 - built on first use (module __getattr__)
     "SpaceError",
     "StepFailedRecreateEnvError",
@@ -443,3 +446,14 @@ class NonFiniteModuleOutputError(NonFiniteValueError):
     def __init__(self, message: str, *, module_id: object):
         self.module_id = module_id
         super().__init__(message)
+
+
+# -- rllib plugin: envrunners' runners inside RLlib's own algorithms (issue 19) -----------------
+
+
+class RLlibExtraMissingError(EnvRunnersError, ModuleNotFoundError):
+    """``envrunners.rllib`` imported without a working ``ray[rllib]``; names the extra.
+
+    A ``ModuleNotFoundError`` (an ``ImportError``) whose ``name`` is the RLlib module
+    that failed, so code probing optional modules treats it as a missing package.
+    """
