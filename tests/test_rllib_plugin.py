@@ -147,7 +147,8 @@ def test_ppo_lstm_stateless_cartpole(ray_session):
         episodes = runner.sample(num_timesteps=40, explore=True)
         state = episodes[0].get_extra_model_outputs(Columns.STATE_OUT)
         assert set(state) == {"h", "c"}
-        assert state["h"].shape == (len(episodes[0]), 16)
+        # One (1, cell) row per step, as RLlib records it (its initial state is (1, cell)).
+        assert state["h"].shape == (len(episodes[0]), 1, 16)
     finally:
         algo.stop()
 
@@ -322,14 +323,19 @@ def test_custom_env_to_module_connector_still_runs():
 
 
 @needs_rllib
-@pytest.mark.parametrize("explore", [False, True])
-def test_same_episodes_as_rllibs_runner(explore):
+@pytest.mark.parametrize("explore,lstm", [(False, False), (True, False), (True, True)])
+def test_same_episodes_as_rllibs_runner(explore, lstm):
     """Same seed and module: our runner's episodes equal RLlib's own runner's."""
     from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner as RLlibRunner
 
     def run(cls):
         config = _ppo(envs=4).env_runners(env_runner_cls=cls)
+        if lstm:
+            config.rl_module(
+                model_config=DefaultModelConfig(use_lstm=True, max_seq_len=10, lstm_cell_size=8)
+            )
         runner = cls(config=config)
         try:
             first = runner.sample(num_timesteps=120, explore=explore)
@@ -363,13 +369,33 @@ def test_same_episodes_as_rllibs_runner(explore):
             Columns.ACTION_DIST_INPUTS,
             Columns.ACTION_LOGP,
             "weights_seq_no",
+            *([Columns.STATE_OUT] if lstm else []),
         }
         assert a.is_numpy and len(a.get_extra_model_outputs(Columns.ACTION_LOGP)) == len(a)
+    for ours_, theirs_ in zip(sorted(ours, key=_order), sorted(theirs, key=_order)):
+        assert len(ours_.observations.data) == len(theirs_.observations.data)  # same lookback
+        for column in ours_.extra_model_outputs:
+            np.testing.assert_allclose(
+                _flat(ours_.extra_model_outputs[column].data),  # lookback included
+                _flat(theirs_.extra_model_outputs[column].data),
+                rtol=1e-5,
+                err_msg=column,
+            )
     # Continuation chunks keep their episode's id and the lookback RLlib keeps.
     first_ids = {e.id_ for e in our_first}
     assert any(e.id_ in first_ids and e.t_started > 0 for e in our_second)
     for metric in ("episode_return_mean", "episode_len_mean", "num_episodes"):
         assert _value(our_metrics[metric]) == _value(their_metrics[metric]), metric
+
+
+def _order(episode):
+    return (episode.get_observations().tobytes(), episode.t_started, len(episode))
+
+
+def _flat(value):
+    if isinstance(value, dict):
+        return np.concatenate([np.ravel(v) for _, v in sorted(value.items())])
+    return np.ravel(value)
 
 
 def _value(stat):
