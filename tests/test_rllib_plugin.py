@@ -232,6 +232,7 @@ def test_appo_cartpole_async_sampling(ray_session):
             env_runner_cls=er.SingleAgentEnvRunner,
             num_env_runners=2,
             num_envs_per_env_runner=2,
+            num_cpus_per_env_runner=0.5,  # APPO's learner actor takes a CPU of the 2
             rollout_fragment_length=25,
         )
         .training(train_batch_size_per_learner=100)
@@ -358,7 +359,7 @@ def test_same_episodes_as_rllibs_runner(explore, lstm):
                 e.is_truncated,
                 e.get_observations().tobytes(),
                 e.get_rewards().tobytes(),
-                e.get_actions().tobytes(),
+                np.asarray(e.get_actions(), np.float64).tobytes(),  # values, not dtype
             )
             for e in episodes
         )

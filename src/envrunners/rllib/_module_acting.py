@@ -34,6 +34,7 @@ from ray.rllib.connectors.module_to_env import (
 )
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModule
+from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils import force_list
 from ray.rllib.utils.numpy import convert_to_numpy
 from ray.rllib.utils.spaces.space_utils import (
@@ -125,9 +126,35 @@ class ModuleActor:
         self._explore_dist = module.get_exploration_action_dist_cls()
         self._inference_dist = module.get_inference_action_dist_cls()
         self.stateful = bool(module.is_stateful())
+        self._explore_fn, self._inference_fn = module.forward_exploration, module.forward_inference
+        self._was_training: bool | None = None
         #: Wall time spent in the module's forward and action sampling (RLlib's timer).
         self.forward_s = 0.0
         self.forward_calls = 0
+
+    def begin(self) -> None:
+        """Before a ``sample()`` call's forwards: the module in eval mode once for all.
+
+        RLlib's ``TorchRLModule.forward_exploration`` / ``forward_inference`` switch the
+        module to eval mode and back around every call (two walks over its submodules,
+        a fifth of a CartPole step); where a module keeps those methods, the runner
+        switches once per call and calls the ``_forward_*`` methods they wrap.
+        """
+        module = self.module
+        self._was_training = bool(getattr(module, "training", False))
+        if isinstance(module, TorchRLModule):
+            module.eval()
+            cls = type(module)
+            if cls.forward_exploration is TorchRLModule.forward_exploration:
+                self._explore_fn = module._forward_exploration
+            if cls.forward_inference is TorchRLModule.forward_inference:
+                self._inference_fn = module._forward_inference
+
+    def end(self) -> None:
+        """After a ``sample()`` call: the module back in the mode ``begin`` found it in."""
+        if self._was_training:
+            self.module.train()
+        self._was_training = None
 
     def initial_state(self) -> Any:
         """One sub-env's initial state, numpy leaves (e.g. ``{"h": (cell,), "c": (cell,)}``)."""
@@ -142,13 +169,12 @@ class ModuleActor:
         return convert_to_torch_tensor(obs, device=self.device)
 
     def _forward(self, batch: dict, explore: bool, t: int) -> dict:
-        module = self.module
         start = time.perf_counter()
         with torch.no_grad():
             if explore:
-                out = module.forward_exploration(batch, t=self.t_fn(t))
+                out = self._explore_fn(batch, t=self.t_fn(t))
             else:
-                out = module.forward_inference(batch)
+                out = self._inference_fn(batch)
             out = dict(out)
             if self.stateful:  # drop the time rank of 1 (RemoveSingleTsTimeRankFromBatch)
                 for key, value in out.items():
@@ -165,7 +191,7 @@ class ModuleActor:
                     out[Columns.ACTION_LOGP] = dist.logp(actions)
         self.forward_s += time.perf_counter() - start
         self.forward_calls += 1
-        return convert_to_numpy(out)
+        return {k: _numpy(v) for k, v in out.items()}
 
     def act(self, obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
         """One batched forward for ``obs`` (one row per sub-env) -> (actions, extras)."""
@@ -188,6 +214,13 @@ class ModuleActor:
         out.pop(Columns.ACTIONS_FOR_ENV, None)
         state_out = out.pop(Columns.STATE_OUT)
         return actions, out, state_out
+
+
+def _numpy(value: Any) -> Any:
+    """``TensorToNumpy`` for one output column: a tensor directly, a nested one leaf-wise."""
+    if torch.is_tensor(value):
+        return value.detach().cpu().numpy()
+    return convert_to_numpy(value)
 
 
 def _map_tensors(value: Any, fn: Any) -> Any:

@@ -18,6 +18,7 @@ import logging
 import time
 from typing import Any
 
+from ray.rllib.callbacks.utils import make_callback
 from ray.rllib.env.env_errors import StepFailedRecreateEnvError
 from ray.rllib.env.env_runner import NUM_ENV_STEP_FAILURES_LIFETIME
 from ray.rllib.env.single_agent_env_runner import (
@@ -26,6 +27,8 @@ from ray.rllib.env.single_agent_env_runner import (
 from ray.rllib.utils.metrics import ENV_STEP_TIMER, RLMODULE_INFERENCE_TIMER
 
 from envrunners.env.env_runner import ENV_STEP_FAILURE
+from envrunners.env.runner_setup import check_num_envs, close_quietly, make_vector_env
+from envrunners.env.vector.envpool_vector_env import is_envpool_id
 from envrunners.rllib._episodes_to_rllib import to_rllib_episode
 from envrunners.rllib._module_acting import (
     DEFAULT_ENV_TO_MODULE,
@@ -104,10 +107,44 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
         self._sampler = sampler
 
     def make_env(self) -> None:
-        """RLlib's ``make_env``; the sampler then steps the new env."""
-        super().make_env()
+        """The vector env from envrunners' construction where it can express the config.
+
+        ``gym_env_vectorize_mode="sync"`` gives ``FastSyncVectorEnv`` (sub-envs built as
+        RLlib builds them, no per-step copies, per-sub-env restarts), an ``"envpool:"``
+        id (or mode ``"envpool"``) EnvPool's C++ pool; any other mode, and a runner
+        sampling RLlib's way, gets RLlib's ``make_env``. The sampler then steps it.
+        """
+        if not self._own_env_construction():
+            super().make_env()
+        else:
+            if self.env is not None:
+                close_quietly(self.env)
+            self.env, env_ctx = make_vector_env(self.config, self.worker_index, self.num_workers)
+            self.num_envs = check_num_envs(self.env, self.config)
+            self._needs_initial_reset = True
+            make_callback(
+                "on_environment_created",
+                callbacks_objects=self._callbacks,
+                callbacks_functions=self.config.callbacks_on_environment_created,
+                kwargs=dict(
+                    env_runner=self,
+                    metrics_logger=self.metrics,
+                    env=self.env.unwrapped,
+                    env_context=env_ctx,
+                ),
+            )
         if self._sampler is not None:
             self._sampler.env = self.env
+
+    def _own_env_construction(self) -> bool:
+        """Whether ``make_env`` builds the env with envrunners' construction."""
+        config = self.config
+        if is_envpool_id(config.env):
+            return True  # RLlib's make_env cannot build these
+        if episode_callbacks_in_use(config) or not config.env:
+            return False
+        mode = config.gym_env_vectorize_mode
+        return str(getattr(mode, "value", mode)).lower() in ("sync", "envpool")
 
     # -- stepping ------------------------------------------------------------------
     def _exploration_t(self, ts: int) -> int:
@@ -183,13 +220,19 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
             act_fn = actor.act_stateful if actor.stateful else actor.act
             actor.forward_s, actor.forward_calls = 0.0, 0
         self._env_step_s, self._env_step_calls = 0.0, 0
-        result = sampler.run(
-            act_fn=act_fn,
-            explore=explore,
-            num_timesteps=num_timesteps,
-            num_episodes=num_episodes,
-            random_actions=random_actions or actor is None,
-        )
+        if act_fn is not None:
+            actor.begin()
+        try:
+            result = sampler.run(
+                act_fn=act_fn,
+                explore=explore,
+                num_timesteps=num_timesteps,
+                num_episodes=num_episodes,
+                random_actions=random_actions or actor is None,
+            )
+        finally:
+            if act_fn is not None:
+                actor.end()
         ts = result.env_steps
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
         done = [
