@@ -268,22 +268,14 @@ def test_checkpoint_save_and_restore(ray_session, tmp_path):
     algo = _ppo(runners=1).build_algo()
     try:
         algo.train()
-        # The runners get the learner's newest weights, then everything is saved.
-        algo.env_runner_group.sync_weights(
-            from_worker_or_learner_group=algo.learner_group, inference_only=True
-        )
-        weights = algo.env_runner_group.foreach_env_runner(
-            lambda r: r.module.get_state(), local_env_runner=False
-        )[0]
+        weights = _learner_weights(algo)
         algo.save_to_path(tmp_path / "ckpt")
     finally:
         algo.stop()
     restored = Algorithm.from_checkpoint(tmp_path / "ckpt")
     try:
         assert restored.config.env_runner_cls is er.SingleAgentEnvRunner
-        got = restored.env_runner_group.foreach_env_runner(
-            lambda r: r.module.get_state(), local_env_runner=False
-        )[0]
+        got = _learner_weights(restored)
         for key, value in weights.items():
             np.testing.assert_allclose(np.asarray(got[key]), np.asarray(value))
         result = restored.train()
@@ -291,6 +283,13 @@ def test_checkpoint_save_and_restore(ray_session, tmp_path):
         assert _runner_infos(restored) == [("envrunners.rllib.single_agent_env_runner", None)]
     finally:
         restored.stop()
+
+
+def _learner_weights(algo):
+    """The (local) learner's module weights, as numpy."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    return algo.learner_group._learner.module[DEFAULT_MODULE_ID].get_state(inference_only=True)
 
 
 @needs_rllib
@@ -304,7 +303,7 @@ def test_killed_runner_is_restored_and_training_continues(ray_session):
         algo.train()
         manager = algo.env_runner_group._worker_manager
         victim = manager._actors[manager.actor_ids()[0]]
-        ray.kill(victim)
+        ray.kill(victim, no_restart=False)  # a crash: Ray restarts it, RLlib restores it
         # The next iterations notice the dead actor, Ray restarts it (RLlib asks for
         # restarts), RLlib probes it back to healthy and syncs its state.
         for _ in range(15):
