@@ -335,6 +335,7 @@ def test_custom_env_to_module_connector_still_runs():
     runner = er.SingleAgentEnvRunner(config=config)
     try:
         assert "CountCalls" in runner.uses_rllib_sampling
+        assert type(runner.env).__name__ == "DictInfoToList"  # RLlib's own env for its loop
         episodes = runner.sample(num_timesteps=20, explore=True)
         assert sum(len(e) for e in episodes) >= 20
         assert CountCalls.calls >= 10

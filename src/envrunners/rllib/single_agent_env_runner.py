@@ -112,7 +112,8 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
         ``gym_env_vectorize_mode="sync"`` gives ``FastSyncVectorEnv`` (sub-envs built as
         RLlib builds them, no per-step copies, per-sub-env restarts), an ``"envpool:"``
         id (or mode ``"envpool"``) EnvPool's C++ pool; any other mode, and a runner
-        sampling RLlib's way, gets RLlib's ``make_env``. The sampler then steps it.
+        sampling RLlib's way (user connectors, per-episode callbacks), gets RLlib's
+        ``make_env``. The sampler then steps it.
         """
         if not self._own_env_construction():
             super().make_env()
@@ -142,6 +143,15 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
         if is_envpool_id(config.env):
             return True  # RLlib's make_env cannot build these
         if episode_callbacks_in_use(config) or not config.env:
+            return False
+        if (
+            getattr(config, "_env_to_module_connector", None) is not None
+            or getattr(config, "_module_to_env_connector", None) is not None
+            or not config.add_default_connectors_to_env_to_module_pipeline
+            or not config.add_default_connectors_to_module_to_env_pipeline
+        ):
+            # RLlib's loop keeps views of the env's observation batch in its episodes;
+            # FastSyncVectorEnv reuses that batch, so RLlib's loop gets RLlib's env.
             return False
         mode = config.gym_env_vectorize_mode
         return str(getattr(mode, "value", mode)).lower() in ("sync", "envpool")
