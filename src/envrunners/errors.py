@@ -42,8 +42,8 @@ value, what was expected and, where there is one, the fix::
     ├── NotSerializable              an object cannot be serialized
     ├── LoggerPackageMissingError(ImportError) a logger's package (tensorboard, wandb, mlflow)
     │                                is not installed
-    └── RLlibNotInstalledError(ModuleNotFoundError) ``envrunners.rllib`` without a usable
-                                     RLlib 2.60 (the extra ``rllib``)
+    └── RLlibExtraMissingError(ModuleNotFoundError) ``envrunners.rllib`` without a working
+                                     ``ray[rllib]`` (names the ``rllib`` extra)
 
     StepFailedRecreateEnvError       raised BY an env (not by envrunners) to ask for a
                                      silent recreate (``ray.rllib.env.env_errors``)
@@ -83,7 +83,7 @@ __all__ = [
     "OfflineInputNotFoundError",
     "OfflineSchemaError",
     "PickleNotAllowedError",
-    "RLlibNotInstalledError",
+    "RLlibExtraMissingError",
     "RemoteEnvRunnerError",  # noqa: F822 - built on first use (module __getattr__)
     "SpaceError",
     "StepFailedRecreateEnvError",
@@ -470,8 +470,12 @@ class VectorEnvWorkerDiedError(SubEnvError):
         return (_rebuild_error, (type(self), self.args, self.__dict__))
 
 
-# -- envrunners.rllib: our runners inside RLlib's algorithms (issue 19, multi-agent half) ---
+# -- rllib plugin: envrunners' runners inside RLlib's own algorithms (issue 19) -----------------
 
 
-class RLlibNotInstalledError(EnvRunnersError, ModuleNotFoundError):
-    """``envrunners.rllib`` was imported without a usable RLlib 2.60 (install the extra ``rllib``)."""
+class RLlibExtraMissingError(EnvRunnersError, ModuleNotFoundError):
+    """``envrunners.rllib`` imported without a working ``ray[rllib]``; names the extra.
+
+    A ``ModuleNotFoundError`` (an ``ImportError``) whose ``name`` is the RLlib module
+    that failed, so code probing optional modules treats it as a missing package.
+    """

@@ -21,33 +21,24 @@ import logging
 import time
 from typing import Any
 
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.env.env_runner import ENV_STEP_FAILURE as RLLIB_ENV_STEP_FAILURE
+from ray.rllib.env.env_runner import NUM_ENV_STEP_FAILURES_LIFETIME
+from ray.rllib.env.multi_agent_env_runner import (
+    MultiAgentEnvRunner as RLlibMultiAgentEnvRunner,
+)
+from ray.rllib.utils import metrics as M
+from ray.rllib.utils.metrics import ENV_STEP_TIMER
+
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
-from envrunners.errors import RLlibNotInstalledError
+from envrunners.rllib._multi_agent_acting import (
+    ModuleActing,
+    action_transforms,
+    why_not_ours,
+)
+from envrunners.rllib._multi_agent_episodes import to_rllib_episode
 from envrunners.sampling.multi_agent import MultiAgentSampler, MultiAgentSampleResult
-
-try:
-    from ray.rllib.callbacks.callbacks import RLlibCallback
-    from ray.rllib.env.env_runner import ENV_STEP_FAILURE as RLLIB_ENV_STEP_FAILURE
-    from ray.rllib.env.env_runner import NUM_ENV_STEP_FAILURES_LIFETIME
-    from ray.rllib.env.multi_agent_env_runner import (
-        MultiAgentEnvRunner as RLlibMultiAgentEnvRunner,
-    )
-    from ray.rllib.utils import metrics as M
-    from ray.rllib.utils.metrics import ENV_STEP_TIMER
-
-    from envrunners.rllib._multi_agent_acting import (
-        ModuleActing,
-        action_transforms,
-        why_not_ours,
-    )
-    from envrunners.rllib._multi_agent_episodes import to_rllib_episode
-except ImportError as err:  # pragma: no cover - depends on the installed extras
-    raise RLlibNotInstalledError(
-        f"envrunners.rllib needs RLlib 2.60 ({err}); install the extra: "
-        "pip install 'envrunners[rllib]'",
-        name=getattr(err, "name", None) or "ray.rllib",
-    ) from err
 
 __all__ = ["MultiAgentEnvRunner"]
 

@@ -1,0 +1,440 @@
+"""envrunners.rllib: our single-agent runner inside RLlib 2.60's own algorithms (issue 19).
+
+Real RLlib, real Ray, real envs. Without a working ``ray[rllib]`` (the shared
+interpreter ships RLlib's source without its packages) only the import-error and
+import-graph tests run; the rest skip.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+try:
+    import envrunners.rllib as er
+except ImportError:  # RLlibExtraMissingError: no working ray[rllib] here
+    er = None
+
+needs_rllib = pytest.mark.skipif(er is None, reason="needs a working ray[rllib] (extra 'rllib')")
+#: Building an RLlib Algorithm starts its runner and learner actors: tens of seconds on a
+#: loaded 2-core box, more than the suite's default per-test limit.
+algorithm_timeout = pytest.mark.timeout(480)
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "envrunners"
+
+
+# -- without RLlib -----------------------------------------------------------------------
+
+
+def test_import_without_rllib_names_the_extra():
+    """A missing (or unimportable) RLlib gives RLlibExtraMissingError naming the extra."""
+    code = (
+        "import sys; sys.modules['ray.rllib'] = None\n"
+        "from envrunners.errors import RLlibExtraMissingError\n"
+        "try:\n"
+        "    import envrunners.rllib\n"
+        "except RLlibExtraMissingError as err:\n"
+        "    assert isinstance(err, ImportError)\n"
+        "    print('ERR', err)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "ERR" in out.stdout, out.stdout + out.stderr
+    assert "pip install 'envrunners[rllib]'" in out.stdout
+
+
+def test_only_envrunners_rllib_imports_ray_rllib():
+    """No other envrunners module imports ``ray.rllib`` or ``envrunners.rllib``."""
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        if path.is_relative_to(SRC / "rllib"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            for name in names:
+                if name.startswith(("ray.rllib", "envrunners.rllib")):
+                    offenders.append(f"{path.relative_to(SRC)}: {name}")
+    assert not offenders, offenders
+
+
+# -- with RLlib --------------------------------------------------------------------------
+
+
+def _ppo(env="CartPole-v1", *, runners=0, envs=2, batch=256, **training):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    return (
+        PPOConfig()
+        .environment(env)
+        .env_runners(
+            env_runner_cls=er.SingleAgentEnvRunner,
+            num_env_runners=runners,
+            num_envs_per_env_runner=envs,
+        )
+        .training(
+            train_batch_size_per_learner=batch,
+            minibatch_size=training.pop("minibatch_size", 64),
+            num_epochs=training.pop("num_epochs", 1),
+            **training,
+        )
+        .debugging(seed=0)
+    )
+
+
+def _runner_infos(algo):
+    """(class name, why RLlib's loop is used) of every remote runner."""
+    return algo.env_runner_group.foreach_env_runner(
+        lambda r: (type(r).__module__, r.uses_rllib_sampling), local_env_runner=False
+    )
+
+
+@needs_rllib
+@algorithm_timeout
+def test_ppo_cartpole_two_remote_runners_report_env_runner_metrics(ray_session):
+    algo = _ppo(runners=2).build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        assert _runner_infos(algo) == [("envrunners.rllib.single_agent_env_runner", None)] * 2
+        env_runners = result["env_runners"]
+        assert env_runners["num_env_steps_sampled"] >= 256
+        assert env_runners["num_env_steps_sampled_lifetime"] >= 512
+        for key in ("episode_return_mean", "episode_len_mean", "num_episodes", "sample"):
+            assert key in env_runners, sorted(env_runners)
+        assert env_runners["episode_return_mean"] > 0
+    finally:
+        algo.stop()
+
+
+@needs_rllib
+@algorithm_timeout
+def test_ppo_cartpole_learns(ray_session):
+    """Return >= 150 within 20k env steps (one local runner, 8 sub-envs; ~7k with seed 0)."""
+    config = _ppo(envs=8, batch=1000, minibatch_size=100, num_epochs=6, lr=1e-3, vf_loss_coeff=0.01)
+    algo = config.build_algo()
+    try:
+        best = 0.0
+        for _ in range(20):
+            result = algo.train()
+            best = max(best, result["env_runners"].get("episode_return_mean", 0.0))
+            if best >= 150:
+                break
+        assert best >= 150, best
+    finally:
+        algo.stop()
+
+
+@needs_rllib
+@algorithm_timeout
+def test_ppo_lstm_stateless_cartpole(ray_session):
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.examples.envs.classes.stateless_cartpole import StatelessCartPole
+
+    config = _ppo(StatelessCartPole, envs=2, batch=200).rl_module(
+        model_config=DefaultModelConfig(use_lstm=True, max_seq_len=10, lstm_cell_size=16)
+    )
+    algo = config.build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        assert result["env_runners"]["num_env_steps_sampled"] >= 200
+        runner = algo.env_runner
+        assert runner.uses_rllib_sampling is None
+        episodes = runner.sample(num_timesteps=40, explore=True)
+        state = episodes[0].get_extra_model_outputs(Columns.STATE_OUT)
+        assert set(state) == {"h", "c"}
+        # One (1, cell) row per step, as RLlib records it (its initial state is (1, cell)).
+        assert state["h"].shape == (len(episodes[0]), 1, 16)
+    finally:
+        algo.stop()
+
+
+@needs_rllib
+@algorithm_timeout
+def test_ppo_pong_atari_cnn(ray_session):
+    import gymnasium as gym
+    from ray import tune
+    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
+
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+
+    def pong(cfg):
+        env = gym.make("ale_py:ALE/Pong-v5", **cfg)
+        return wrap_atari_for_new_api_stack(env, dim=64, framestack=4)
+
+    tune.register_env("envrunners-test-pong", pong)
+    config = _ppo("envrunners-test-pong", envs=2, batch=64, minibatch_size=32)
+    config.environment(env_config={"frameskip": 1, "full_action_space": False})
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+        assert result["env_runners"]["num_env_steps_sampled"] >= 64
+        assert algo.env_runner.uses_rllib_sampling is None
+        assert algo.env_runner.env.single_observation_space.shape == (64, 64, 4)
+    finally:
+        algo.stop()
+
+
+@needs_rllib
+@algorithm_timeout
+def test_dqn_epsilon_follows_the_runners_timestep(ray_session):
+    """Exploration gets RLlib's ``t``: epsilon 1 at t=0, 0 past the schedule's end."""
+    import torch
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    config = (
+        DQNConfig()
+        .environment("CartPole-v1")
+        .env_runners(env_runner_cls=er.SingleAgentEnvRunner, num_envs_per_env_runner=2)
+        .training(
+            train_batch_size_per_learner=32,
+            num_steps_sampled_before_learning_starts=64,
+            epsilon=[(0, 1.0), (1000, 0.0)],
+        )
+        .reporting(min_sample_timesteps_per_iteration=100)
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        assert result["env_runners"]["num_env_steps_sampled_lifetime"] >= 200
+        runner = algo.env_runner
+
+        def greedy_share(lifetime_steps):
+            runner.set_state({NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime_steps})
+            episodes = runner.sample(num_timesteps=100, explore=True)
+            obs = np.concatenate([e.get_observations()[:-1] for e in episodes])
+            actions = np.concatenate([e.get_actions() for e in episodes])
+            with torch.no_grad():
+                out = runner.module.forward_inference({Columns.OBS: torch.from_numpy(obs)})
+            return float(np.mean(out[Columns.ACTIONS].numpy() == actions))
+
+        assert greedy_share(10**6) == 1.0  # epsilon 0: every action greedy
+        assert greedy_share(0) < 0.8  # epsilon ~1: about half the actions greedy
+    finally:
+        algo.stop()
+
+
+@needs_rllib
+@algorithm_timeout
+def test_appo_cartpole_async_sampling(ray_session):
+    from ray.rllib.algorithms.appo import APPOConfig
+
+    config = (
+        APPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(
+            env_runner_cls=er.SingleAgentEnvRunner,
+            num_env_runners=2,
+            num_envs_per_env_runner=2,
+            num_cpus_per_env_runner=0.5,  # APPO's learner actor takes a CPU of the 2
+            rollout_fragment_length=25,
+        )
+        .training(train_batch_size_per_learner=100)
+        .reporting(min_time_s_per_iteration=0, min_sample_timesteps_per_iteration=100)
+        .debugging(seed=0)
+    )
+    algo = config.build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+        assert _runner_infos(algo) == [("envrunners.rllib.single_agent_env_runner", None)] * 2
+        assert result["env_runners"]["num_env_steps_sampled_lifetime"] > 0
+    finally:
+        algo.stop()
+
+
+@needs_rllib
+@algorithm_timeout
+def test_checkpoint_save_and_restore(ray_session, tmp_path):
+    from ray.rllib.algorithms.algorithm import Algorithm
+
+    algo = _ppo(runners=1).build_algo()
+    try:
+        algo.train()
+        weights = _learner_weights(algo)
+        algo.save_to_path(tmp_path / "ckpt")
+    finally:
+        algo.stop()
+    restored = Algorithm.from_checkpoint(tmp_path / "ckpt")
+    try:
+        assert restored.config.env_runner_cls is er.SingleAgentEnvRunner
+        got = _learner_weights(restored)
+        for key, value in weights.items():
+            np.testing.assert_allclose(np.asarray(got[key]), np.asarray(value))
+        result = restored.train()
+        assert result["env_runners"]["num_env_steps_sampled_lifetime"] >= 512
+        assert _runner_infos(restored) == [("envrunners.rllib.single_agent_env_runner", None)]
+    finally:
+        restored.stop()
+
+
+def _learner_weights(algo):
+    """The (local) learner's module weights, as numpy."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    return algo.learner_group._learner.module[DEFAULT_MODULE_ID].get_state(inference_only=True)
+
+
+@needs_rllib
+@algorithm_timeout
+def test_killed_runner_is_restored_and_training_continues(ray_session):
+    import ray
+
+    config = _ppo(runners=2).fault_tolerance(restart_failed_env_runners=True)
+    algo = config.build_algo()
+    try:
+        algo.train()
+        manager = algo.env_runner_group._worker_manager
+        victim = manager._actors[manager.actor_ids()[0]]
+        ray.kill(victim, no_restart=False)  # a crash: Ray restarts it, RLlib restores it
+        # The next iterations notice the dead actor, Ray restarts it (RLlib asks for
+        # restarts), RLlib probes it back to healthy and syncs its state.
+        for _ in range(15):
+            result = algo.train()
+            if algo.env_runner_group.num_healthy_remote_workers() == 2:
+                break
+            time.sleep(2)
+        assert algo.env_runner_group.num_healthy_remote_workers() == 2
+        assert result["env_runners"]["num_env_steps_sampled"] > 0
+        assert _runner_infos(algo) == [("envrunners.rllib.single_agent_env_runner", None)] * 2
+    finally:
+        algo.stop()
+
+
+@needs_rllib
+def test_custom_env_to_module_connector_still_runs():
+    from ray.rllib.connectors.connector_v2 import ConnectorV2
+
+    class CountCalls(ConnectorV2):
+        calls = 0
+
+        def __call__(self, *, rl_module, batch, episodes, **kwargs):
+            CountCalls.calls += 1
+            return batch
+
+    config = _ppo(envs=2).env_runners(
+        env_to_module_connector=lambda env, spaces, device: CountCalls()
+    )
+    runner = er.SingleAgentEnvRunner(config=config)
+    try:
+        assert "CountCalls" in runner.uses_rllib_sampling
+        assert type(runner.env).__name__ == "DictInfoToList"  # RLlib's own env for its loop
+        episodes = runner.sample(num_timesteps=20, explore=True)
+        assert sum(len(e) for e in episodes) >= 20
+        assert CountCalls.calls >= 10
+    finally:
+        runner.stop()
+
+
+@needs_rllib
+@pytest.mark.parametrize("explore,lstm", [(False, False), (True, False), (True, True)])
+def test_same_episodes_as_rllibs_runner(explore, lstm):
+    """Same seed and module: our runner's episodes equal RLlib's own runner's."""
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner as RLlibRunner
+
+    def run(cls):
+        config = _ppo(envs=4).env_runners(env_runner_cls=cls)
+        if lstm:
+            config.rl_module(
+                model_config=DefaultModelConfig(use_lstm=True, max_seq_len=10, lstm_cell_size=8)
+            )
+        runner = cls(config=config)
+        try:
+            first = runner.sample(num_timesteps=120, explore=explore)
+            second = runner.sample(num_timesteps=120, explore=explore)
+            metrics = runner.get_metrics()
+            return first, second, metrics
+        finally:
+            runner.stop()
+
+    our_first, our_second, our_metrics = run(er.SingleAgentEnvRunner)
+    their_first, their_second, their_metrics = run(RLlibRunner)
+    ours, theirs = our_first + our_second, their_first + their_second
+
+    def key(episodes):
+        return sorted(
+            (
+                len(e),
+                e.t_started,
+                e.is_terminated,
+                e.is_truncated,
+                e.get_observations().tobytes(),
+                e.get_rewards().tobytes(),
+                np.asarray(e.get_actions(), np.float64).tobytes(),  # values, not dtype
+            )
+            for e in episodes
+        )
+
+    assert key(ours) == key(theirs)
+    for a in ours:  # the extra outputs RLlib's learner connectors read are there
+        assert set(a.extra_model_outputs) == {
+            Columns.ACTION_DIST_INPUTS,
+            Columns.ACTION_LOGP,
+            "weights_seq_no",
+            *([Columns.STATE_OUT] if lstm else []),
+        }
+        assert a.is_numpy and len(a.get_extra_model_outputs(Columns.ACTION_LOGP)) == len(a)
+    for ours_, theirs_ in zip(sorted(ours, key=_order), sorted(theirs, key=_order)):
+        assert len(ours_.observations.data) == len(theirs_.observations.data)  # same lookback
+        for column in ours_.extra_model_outputs:
+            np.testing.assert_allclose(
+                _flat(ours_.extra_model_outputs[column].data),  # lookback included
+                _flat(theirs_.extra_model_outputs[column].data),
+                rtol=1e-5,
+                err_msg=column,
+            )
+    # Continuation chunks keep their episode's id and the lookback RLlib keeps.
+    first_ids = {e.id_ for e in our_first}
+    assert any(e.id_ in first_ids and e.t_started > 0 for e in our_second)
+    for metric in ("episode_return_mean", "episode_len_mean", "num_episodes"):
+        assert _value(our_metrics[metric]) == _value(their_metrics[metric]), metric
+
+
+def _order(episode):
+    return (episode.get_observations().tobytes(), episode.t_started, len(episode))
+
+
+def _flat(value):
+    if isinstance(value, dict):
+        return np.concatenate([np.ravel(v) for _, v in sorted(value.items())])
+    return np.ravel(value)
+
+
+def _value(stat):
+    """A reduced metric's value (RLlib's ``Stats`` or a plain number)."""
+    return stat.peek() if hasattr(stat, "peek") else stat
+
+
+@needs_rllib
+def test_envpool_id_steps_envpools_pool():
+    """An ``"envpool:"`` id (which RLlib's own runner cannot build) steps EnvPool's pool."""
+    pytest.importorskip("envpool")
+    config = _ppo("envpool:CartPole-v1", envs=4)
+    runner = er.SingleAgentEnvRunner(config=config)
+    try:
+        assert type(runner.env).__name__ == "EnvPoolVectorEnv"
+        assert runner.uses_rllib_sampling is None
+        episodes = runner.sample(num_timesteps=200, explore=True)
+        assert sum(len(e) for e in episodes) >= 200
+        assert _value(runner.get_metrics()["episode_return_mean"]) > 0
+    finally:
+        runner.stop()
