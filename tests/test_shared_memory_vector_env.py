@@ -425,6 +425,8 @@ def make_runner(mode, num_envs=4):
             num_envs_per_env_runner=num_envs,
             gym_env_vectorize_mode=mode,
             rollout_fragment_length=50,
+            # Synchronous use (every sub-env per step): "auto" could pick ready-first.
+            overlap_inference=False,
         )
         .debugging(seed=0)
         .rl_module(rl_module_spec=RLModuleSpec(module_class=AngleModule))
