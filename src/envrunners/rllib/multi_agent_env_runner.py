@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from typing import Any
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
-from ray.rllib.env.env_runner import ENV_STEP_FAILURE as RLLIB_ENV_STEP_FAILURE
-from ray.rllib.env.env_runner import NUM_ENV_STEP_FAILURES_LIFETIME
 from ray.rllib.env.multi_agent_env_runner import (
     MultiAgentEnvRunner as RLlibMultiAgentEnvRunner,
 )
 from ray.rllib.utils import metrics as M
 from ray.rllib.utils.metrics import ENV_STEP_TIMER
 
-from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
+from envrunners.rllib._env_steps import step_with_rllib_failure_handling
 from envrunners.rllib._multi_agent_acting import (
     ModuleActing,
     action_transforms,
@@ -288,24 +285,4 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
 
     def _core_step(self, actions: list) -> Any:
         """``env.step`` with RLlib's failure handling (``_try_env_step``), timed in bulk."""
-        start = time.perf_counter()
-        try:
-            results = self.env.step(actions)
-        except Exception as err:
-            self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
-            if not self.config.restart_failed_sub_environments:
-                logger.exception(
-                    "envrunners.rllib.MultiAgentEnvRunner: environment step failed and "
-                    "'config.restart_failed_sub_environments' is False; set "
-                    "fault_tolerance(restart_failed_sub_environments=True) to recreate it."
-                )
-                raise RuntimeError from err
-            logger.exception("Environment step failed; recreating the env(s): %s", err)
-            self.make_env()
-            self._get_core()
-            return ENV_STEP_FAILURE
-        self._env_step_s += time.perf_counter() - start
-        self._env_step_calls += 1
-        if results is RLLIB_ENV_STEP_FAILURE:  # pragma: no cover - a wrapper's sentinel
-            return ENV_STEP_FAILURE
-        return results
+        return step_with_rllib_failure_handling(self, actions, self._get_core)

@@ -15,20 +15,17 @@ RLlib's own way (logged once at INFO) so those still run.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from ray.rllib.callbacks.utils import make_callback
-from ray.rllib.env.env_errors import StepFailedRecreateEnvError
-from ray.rllib.env.env_runner import NUM_ENV_STEP_FAILURES_LIFETIME
 from ray.rllib.env.single_agent_env_runner import (
     SingleAgentEnvRunner as RLlibSingleAgentEnvRunner,
 )
 from ray.rllib.utils.metrics import ENV_STEP_TIMER, RLMODULE_INFERENCE_TIMER
 
-from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.runner_setup import check_num_envs, close_quietly, make_vector_env
 from envrunners.env.vector.envpool_vector_env import is_envpool_id
+from envrunners.rllib._env_steps import step_with_rllib_failure_handling
 from envrunners.rllib._episodes_to_rllib import to_rllib_episode
 from envrunners.rllib._module_acting import (
     DEFAULT_ENV_TO_MODULE,
@@ -168,31 +165,11 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
 
     def _step_env(self, actions: Any) -> Any:
         """``env.step`` with RLlib's failure handling (recreate the env or raise)."""
-        start = time.perf_counter()
-        try:
-            results = self.env.step(actions)
-        except Exception as e:
-            self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
-            if not self.config.restart_failed_sub_environments:
-                logger.exception(
-                    "envrunners.rllib %s: environment step failed and "
-                    "'config.restart_failed_sub_environments' is False: %s",
-                    type(self).__name__,
-                    e,
-                )
-                raise RuntimeError from e
-            if not isinstance(e, StepFailedRecreateEnvError):
-                logger.exception(
-                    "envrunners.rllib %s: environment step failed; recreating the env: %s",
-                    type(self).__name__,
-                    e,
-                )
-            self.make_env()  # the sampler resets the new env and starts fresh episodes
-            self._needs_initial_reset = False
-            return ENV_STEP_FAILURE
-        self._env_step_s += time.perf_counter() - start
-        self._env_step_calls += 1
-        return results
+        return step_with_rllib_failure_handling(self, actions, self._after_env_recreated)
+
+    def _after_env_recreated(self) -> None:
+        # The sampler resets the new env and starts fresh episodes.
+        self._needs_initial_reset = False
 
     def _sample(
         self,
