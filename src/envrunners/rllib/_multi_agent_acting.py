@@ -5,11 +5,13 @@ call per module and vector step, on the stacked observations of every agent
 mapped to that module. It does what RLlib's default connector pipelines do
 around ``MultiRLModule.forward_exploration`` / ``forward_inference`` (numpy to
 tensor, ``GetActions``: sample from the module's action-distribution class and
-record ``action_logp``, tensors back to numpy), batched per module instead of
-per agent. ``action_transforms`` is RLlib's ``NormalizeAndClipActions`` as a
+record ``action_logp``, tensors back to numpy; for a stateful module also
+``AddTimeDimToBatchAndZeroPad``'s time rank of 1 and ``STATE_IN`` from the
+sampler's per-agent state rows), batched per module instead of per agent.
+``action_transforms`` is RLlib's ``NormalizeAndClipActions`` as a
 per-module numpy transform (the episode keeps the module's actions, the env gets
 the unsquashed / clipped ones). ``why_not_ours`` says when RLlib's own pipelines
-must run instead (custom connectors, recurrent modules).
+must run instead (custom connectors).
 """
 
 from __future__ import annotations
@@ -40,9 +42,6 @@ def why_not_ours(config: Any, module: Any) -> str | None:
         return "add_default_connectors_to_module_to_env_pipeline is False"
     if module is None:
         return "no MultiRLModule was built"
-    stateful = [mid for mid, m in module.items() if m.is_stateful()]
-    if stateful:
-        return f"module(s) {stateful} are stateful (recurrent)"
     return None
 
 
@@ -87,10 +86,27 @@ class ModuleActing:
         for actor in self.actors.values():
             actor.end()
 
-    def __call__(self, module_id: Any, obs: Any, explore: bool, t: int) -> dict[str, Any]:
-        """One forward of ``module_id``'s module for all agents mapped to it."""
-        actions, extras = self.actors[module_id].act(obs, explore, t)
-        return {Columns.ACTIONS: actions, **extras}
+    def __call__(
+        self,
+        module_id: Any,
+        obs: Any,
+        explore: bool,
+        t: int,
+        state: Any = None,
+        extra_inputs: Any = None,
+    ) -> dict[str, Any]:
+        """One forward of ``module_id``'s module for all agents mapped to it.
+
+        The sampler passes ``state`` (the acting agents' ``STATE_IN`` rows) for a
+        stateful module; its ``STATE_OUT`` then comes back with the extra outputs,
+        which the episodes record per agent step, as RLlib's runner does.
+        """
+        actor = self.actors[module_id]
+        if state is None:
+            actions, extras = actor.act(obs, explore, t)
+            return {Columns.ACTIONS: actions, **extras}
+        actions, extras, state_out = actor.act_stateful(obs, explore, t, state, extra_inputs)
+        return {Columns.ACTIONS: actions, **extras, Columns.STATE_OUT: state_out}
 
 
 def action_transforms(config: Any, action_spaces: dict[Any, gym.Space]) -> dict[Any, Any]:

@@ -10,8 +10,11 @@ learner weights fit), ``sample()``'s bookkeeping (timers, ``on_sample_end``),
 the steps go through ``envrunners.sampling.multi_agent.MultiAgentSampler`` (one
 forward per module per vector step, RLlib's modules called by
 ``_multi_agent_acting.ModuleActing``), and the chunks it returns become RLlib
-``MultiAgentEpisode`` objects once per call. With custom connectors, recurrent
-modules or episode callbacks, RLlib's own ``_sample`` runs instead (logged once).
+``MultiAgentEpisode`` objects once per call. Stateful (recurrent) modules carry
+one state row per agent in the sampler (initial state at the agent's episode
+start, ``STATE_OUT`` recorded per agent step as RLlib's runner records it).
+With custom connectors or episode callbacks, RLlib's own ``_sample`` runs
+instead (logged once).
 """
 
 from __future__ import annotations
@@ -152,6 +155,8 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
             self._needs_initial_reset = True
         core.weights_seq_no = self._weights_seq_no
         num_runners = self.config.num_env_runners or 1
+        if self.module is not None:  # per-agent recurrent state rows (reset with the episodes)
+            core.use_states({mid: m for mid, m in self.module.items() if m.is_stateful()})
         acting = None
         if not random_actions:
             acting = ModuleActing(
