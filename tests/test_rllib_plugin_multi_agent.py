@@ -481,3 +481,57 @@ def test_lstm_ppo_trains_through_our_loop(ray_session):
         assert algo.env_runner.module["p0"].is_stateful()
     finally:
         algo.stop()
+
+
+def _cartpole_without_possible_agents(config=None):
+    """MultiAgentCartPole that declares its agents only through its per-agent space dicts."""
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+    env = MultiAgentCartPole(config)
+    env.possible_agents = []
+    return env
+
+
+@needs_rllib
+def test_env_without_possible_agents_runs_our_loop(ray_session):
+    """Agents known from the env's ``observation_spaces`` / ``action_spaces``: our loop
+    runs, with RLlib's runner's episodes."""
+    from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner as RLlibRunner
+
+    from envrunners.rllib import MultiAgentEnvRunner
+
+    config = (
+        _config(0, seed=7)
+        .environment(_cartpole_without_possible_agents, env_config={"num_agents": 2})
+        .env_runners(num_envs_per_env_runner=2)
+    )
+    theirs = RLlibRunner(config=config)
+    ours = MultiAgentEnvRunner(config=config)
+    try:
+        ours.set_state(theirs.get_state())
+        for _ in range(2):
+            mine = ours.sample(num_timesteps=40, explore=False)
+            ref = theirs.sample(num_timesteps=40, explore=False)
+            assert ours._core_in_use and len(mine) == len(ref)
+            for a, b in zip(mine, ref):
+                _same_agent_data(a, b)
+    finally:
+        ours.stop()
+        theirs.stop()
+
+
+@needs_rllib
+def test_connector_function_adding_no_pieces_runs_our_loop(ray_session, caplog):
+    """An ``env_to_module_connector`` that adds no piece leaves RLlib's default pipeline:
+    our loop runs (RLlib's loop runs only for pieces that are not RLlib's defaults)."""
+    from envrunners.rllib import MultiAgentEnvRunner
+
+    config = _config(0).env_runners(env_to_module_connector=lambda env, spaces, device: [])
+    runner = MultiAgentEnvRunner(config=config)
+    try:
+        with caplog.at_level(logging.INFO, logger="envrunners"):
+            assert runner.sample(num_timesteps=20)
+        assert runner._core_in_use
+        assert not [r for r in caplog.records if "RLlib's own sampling loop" in r.getMessage()]
+    finally:
+        runner.stop()

@@ -11,7 +11,7 @@ sampler's per-agent state rows), batched per module instead of per agent.
 ``action_transforms`` is RLlib's ``NormalizeAndClipActions`` as a
 per-module numpy transform (the episode keeps the module's actions, the env gets
 the unsquashed / clipped ones). ``why_not_ours`` says when RLlib's own pipelines
-must run instead (custom connectors).
+must run instead (user connector pieces in them, or RLlib's defaults switched off).
 """
 
 from __future__ import annotations
@@ -19,27 +19,61 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+from ray.rllib.connectors.env_to_module import AgentToModuleMapping
+from ray.rllib.connectors.module_to_env import ModuleToAgentUnmapping
 from ray.rllib.core.columns import Columns
 
-from envrunners.rllib._module_acting import ModuleActor, action_fn_for
+from envrunners.rllib._module_acting import (
+    DEFAULT_ENV_TO_MODULE,
+    DEFAULT_MODULE_TO_ENV,
+    ModuleActor,
+    action_fn_for,
+    custom_connectors,
+)
 
-__all__ = ["ModuleActing", "action_transforms", "why_not_ours"]
+__all__ = [
+    "MULTI_AGENT_ENV_TO_MODULE",
+    "MULTI_AGENT_MODULE_TO_ENV",
+    "ModuleActing",
+    "action_transforms",
+    "user_connectors",
+    "why_not_ours",
+]
 
 
-def why_not_ours(config: Any, module: Any) -> str | None:
+#: The pieces RLlib's default multi-agent pipelines hold (the single-agent ones plus
+#: the agent <-> module mapping), whose work our loop and ``ModuleActing`` do.
+MULTI_AGENT_ENV_TO_MODULE = (*DEFAULT_ENV_TO_MODULE, AgentToModuleMapping)
+MULTI_AGENT_MODULE_TO_ENV = (*DEFAULT_MODULE_TO_ENV, ModuleToAgentUnmapping)
+
+
+def user_connectors(env_to_module: Any, module_to_env: Any) -> str | None:
+    """Which user pieces the runner's connector pipelines hold (None: only RLlib's defaults).
+
+    They only run in RLlib's loop (they read and write RLlib's per-step episodes).
+    """
+    custom = custom_connectors(env_to_module, MULTI_AGENT_ENV_TO_MODULE)
+    if custom:
+        return f"the env_to_module_connector pipeline holds custom connectors {custom}"
+    custom = custom_connectors(module_to_env, MULTI_AGENT_MODULE_TO_ENV)
+    if custom:
+        return f"the module_to_env_connector pipeline holds custom connectors {custom}"
+    return None
+
+
+def why_not_ours(config: Any, module: Any, env_to_module: Any, module_to_env: Any) -> str | None:
     """Why RLlib's own ``_sample`` must run for this config and module (None: ours can).
 
     Our loop replaces RLlib's default env-to-module / module-to-env pipelines;
     anything a user added to them, or took out, only runs in RLlib's loop.
     """
-    if config._env_to_module_connector is not None:
-        return "a custom env_to_module_connector is configured"
-    if config._module_to_env_connector is not None:
-        return "a custom module_to_env_connector is configured"
     if not config.add_default_connectors_to_env_to_module_pipeline:
         return "add_default_connectors_to_env_to_module_pipeline is False"
     if not config.add_default_connectors_to_module_to_env_pipeline:
         return "add_default_connectors_to_module_to_env_pipeline is False"
+    reason = user_connectors(env_to_module, module_to_env)
+    if reason is not None:
+        return reason
     if module is None:
         return "no MultiRLModule was built"
     return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
@@ -35,6 +36,7 @@ from envrunners.rllib._env_steps import step_with_rllib_failure_handling
 from envrunners.rllib._multi_agent_acting import (
     ModuleActing,
     action_transforms,
+    user_connectors,
     why_not_ours,
 )
 from envrunners.rllib._multi_agent_episodes import to_rllib_episode
@@ -110,22 +112,16 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
         sub_envs = getattr(self.env, "envs", None)
         if not sub_envs:
             return f"the vector env {type(self.env).__name__} exposes no sub-envs (`envs`)"
-        if not getattr(sub_envs[0].unwrapped, "possible_agents", None):
-            return "the env declares no `possible_agents` (our loop needs every agent's spaces)"
-        if random_actions:
+        if self._agent_spaces() is None:
+            return (
+                "the env declares neither `possible_agents` nor per-agent `observation_spaces` "
+                "and `action_spaces` (our loop needs every agent's spaces up front)"
+            )
+        if random_actions:  # no forward; RLlib's loop still runs user connectors
             if self.module is None:
                 return None
-            return why_not_ours(self.config, self.module) if self._custom_connectors() else None
-        return why_not_ours(self.config, self.module)
-
-    def _custom_connectors(self) -> bool:
-        c = self.config
-        return not (
-            c._env_to_module_connector is None
-            and c._module_to_env_connector is None
-            and c.add_default_connectors_to_env_to_module_pipeline
-            and c.add_default_connectors_to_module_to_env_pipeline
-        )
+            return user_connectors(self._env_to_module, self._module_to_env)
+        return why_not_ours(self.config, self.module, self._env_to_module, self._module_to_env)
 
     def _listens(self, event: str) -> bool:
         """Whether a callback object or function of the config handles ``event``."""
@@ -243,10 +239,7 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
         core = self._core
         if core is not None and self._core_env is self.env:
             return core
-        first = self.env.envs[0].unwrapped
-        agents = list(first.possible_agents)
-        obs_spaces = {aid: first.get_observation_space(aid) for aid in agents}
-        act_spaces = {aid: first.get_action_space(aid) for aid in agents}
+        obs_spaces, act_spaces = self._agent_spaces()
         module_action_spaces = {
             mid: spaces[1]
             for mid, spaces in self.get_spaces().items()
@@ -271,6 +264,31 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
             )
         self._core_env = self.env
         return core
+
+    def _agent_spaces(self) -> tuple[dict, dict] | None:
+        """Every agent's observation and action spaces (None: the env does not say).
+
+        From the first sub-env's ``possible_agents``, else from the vector env's
+        per-agent space dicts (RLlib's vector env reads the sub-env's
+        ``observation_spaces`` / ``action_spaces``).
+        """
+        first = self.env.envs[0].unwrapped
+        agents = list(getattr(first, "possible_agents", None) or ())
+        if agents:
+            return (
+                {aid: first.get_observation_space(aid) for aid in agents},
+                {aid: first.get_action_space(aid) for aid in agents},
+            )
+        obs = getattr(self.env, "single_observation_spaces", None)
+        act = getattr(self.env, "single_action_spaces", None)
+        if (
+            isinstance(obs, Mapping)
+            and isinstance(act, Mapping)
+            and obs
+            and obs.keys() == act.keys()
+        ):
+            return dict(obs), dict(act)
+        return None
 
     def _new_core_episode(self, env_index: int) -> MultiAgentEpisode:
         core = self._core
