@@ -354,6 +354,7 @@ def test_custom_connector_runs_rllib_loop(ray_session, caplog):
         ]
         assert len(notes) == 1, notes  # logged once
         assert not runner._core_in_use
+        assert "FlattenObservations" in runner.uses_rllib_sampling
         assert first and all(type(e) is MultiAgentEpisode for e in first)
     finally:
         runner.stop()
@@ -415,8 +416,9 @@ def _tic_tac_toe_module(aid, episode=None, **kwargs):
     return "p0" if aid == "player1" else "p1"
 
 
-def _sample_calls(runner_cls, config, state=None) -> tuple[list, dict]:
-    """Three 25-step chunks and 2 whole episodes (explore=False), the runner's state.
+def _sample_calls(runner_cls, config, state=None, episodes=2) -> tuple[list, dict]:
+    """Three 25-step chunks, then ``episodes`` whole episodes (explore=False), and the
+    runner's state.
 
     Python's ``random`` (TicTacToe's first player) is seeded the same for each runner.
     """
@@ -429,7 +431,8 @@ def _sample_calls(runner_cls, config, state=None) -> tuple[list, dict]:
         if state is not None:
             runner.set_state(state)  # the same weights
         calls = [runner.sample(num_timesteps=25, explore=False) for _ in range(3)]
-        calls.append(runner.sample(num_episodes=2, explore=False))
+        if episodes:
+            calls.append(runner.sample(num_episodes=episodes, explore=False))
         if runner_cls.__module__.startswith("envrunners"):
             assert runner._core_in_use  # our loop ran, not RLlib's
         return calls, runner.get_state()
@@ -449,12 +452,14 @@ def test_lstm_episodes_match_rllib_runner(ray_session, env):
 
     from envrunners.rllib import MultiAgentEnvRunner
 
+    # (Whole episodes only in TicTacToe: at most 30 steps, CartPole's may last 500.)
     if env == "cartpole":
         config, module_of = _lstm(_config(0, seed=7).env_runners(num_envs_per_env_runner=2)), None
+        episodes = 0
     else:
-        config, module_of = _tic_tac_toe_config(), _tic_tac_toe_module
-    theirs, state = _sample_calls(RLlibRunner, config)
-    ours, _ = _sample_calls(MultiAgentEnvRunner, config, state)
+        config, module_of, episodes = _tic_tac_toe_config(), _tic_tac_toe_module, 2
+    theirs, state = _sample_calls(RLlibRunner, config, episodes=episodes)
+    ours, _ = _sample_calls(MultiAgentEnvRunner, config, state, episodes=episodes)
     continued = False
     for mine, ref in zip(ours, theirs):
         assert len(mine) == len(ref)
@@ -479,6 +484,7 @@ def test_lstm_ppo_trains_through_our_loop(ray_session):
             _check_result(result)
         assert algo.env_runner._core_in_use
         assert algo.env_runner.module["p0"].is_stateful()
+        assert algo.env_runner.uses_rllib_sampling is None
     finally:
         algo.stop()
 
@@ -532,6 +538,7 @@ def test_connector_function_adding_no_pieces_runs_our_loop(ray_session, caplog):
         with caplog.at_level(logging.INFO, logger="envrunners"):
             assert runner.sample(num_timesteps=20)
         assert runner._core_in_use
+        assert runner.uses_rllib_sampling is None
         assert not [r for r in caplog.records if "RLlib's own sampling loop" in r.getMessage()]
     finally:
         runner.stop()

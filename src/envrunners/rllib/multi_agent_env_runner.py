@@ -104,6 +104,12 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
             force_reset=force_reset,
         )
 
+    @property
+    def uses_rllib_sampling(self) -> str | None:
+        """Why ``sample()`` runs RLlib's own loop (as the single-agent runner's attribute
+        says), or None when it runs ours. Random-action calls may still run ours."""
+        return self._why_rllib_loop(random_actions=False)
+
     def _why_rllib_loop(self, random_actions: bool) -> str | None:
         """Why RLlib's own loop must run (None: ours runs)."""
         events = [e for e in _EPISODE_EVENTS if self._listens(e)]
