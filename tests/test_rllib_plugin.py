@@ -438,3 +438,52 @@ def test_envpool_id_steps_envpools_pool():
         assert _value(runner.get_metrics()["episode_return_mean"]) > 0
     finally:
         runner.stop()
+
+
+@needs_rllib
+def test_episodes_to_numpy_false_gives_rllibs_list_episodes():
+    """``episodes_to_numpy=False``: list-backed, unfinalized episodes, as RLlib's runner
+    returns them (rows equal to its runner's, nested ``state_out`` rows included)."""
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner as RLlibRunner
+
+    def run(cls):
+        config = _ppo(envs=2).env_runners(env_runner_cls=cls, episodes_to_numpy=False)
+        config.rl_module(
+            model_config=DefaultModelConfig(use_lstm=True, max_seq_len=10, lstm_cell_size=4)
+        )
+        runner = cls(config=config)
+        try:
+            return runner.sample(num_timesteps=40, explore=False) + runner.sample(
+                num_timesteps=40, explore=False
+            )
+        finally:
+            runner.stop()
+
+    ours, theirs = run(er.SingleAgentEnvRunner), run(RLlibRunner)
+    assert len(ours) == len(theirs)
+    assert any(e.t_started > 0 for e in ours)  # continuation chunks (with lookback) too
+    for a, b in zip(sorted(ours, key=_list_order), sorted(theirs, key=_list_order)):
+        assert not a.is_numpy and (a.t_started, len(a), a.is_done) == (
+            b.t_started,
+            len(b),
+            b.is_done,
+        )
+        columns = [("observations", a.observations, b.observations)]
+        columns += [(n, getattr(a, n), getattr(b, n)) for n in ("actions", "rewards", "infos")]
+        assert set(a.extra_model_outputs) == set(b.extra_model_outputs)
+        columns += [(k, v, b.extra_model_outputs[k]) for k, v in a.extra_model_outputs.items()]
+        for name, mine, ref in columns:
+            assert type(mine.data) is list and not mine.finalized, name
+            assert (len(mine.data), mine.lookback) == (len(ref.data), ref.lookback), name
+            if name != "infos":
+                np.testing.assert_allclose(
+                    [_flat(x) for x in mine.data], [_flat(x) for x in ref.data], rtol=1e-5
+                )
+        a.validate()
+        a.to_numpy()  # what RLlib's learner connectors do with them
+        assert a.is_numpy and len(a.get_observations()) == len(a) + 1
+
+
+def _list_order(episode):
+    return (np.asarray(episode.observations.data).tobytes(), episode.t_started, len(episode))

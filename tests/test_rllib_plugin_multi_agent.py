@@ -247,13 +247,13 @@ def _runner_pair(num_envs: int = 2):
     return ours, theirs
 
 
-def _same_agent_data(a, b) -> None:
+def _same_agent_data(a, b, module_of=lambda aid: f"p{aid}") -> None:
     assert set(a.agent_episodes) == set(b.agent_episodes)
     assert len(a) == len(b) and a.env_t_started == b.env_t_started and a.env_t == b.env_t
     assert a.is_terminated == b.is_terminated and a.is_truncated == b.is_truncated
     for aid, sa in a.agent_episodes.items():
         sb = b.agent_episodes[aid]
-        assert sa.module_id == sb.module_id == f"p{aid}"
+        assert sa.module_id == sb.module_id == module_of(aid)
         assert (len(sa), sa.t_started, sa.t) == (len(sb), sb.t_started, sb.t)
         assert sa.observations.lookback == sb.observations.lookback
         np.testing.assert_array_equal(sa.observations.data, sb.observations.data)
@@ -261,7 +261,17 @@ def _same_agent_data(a, b) -> None:
         np.testing.assert_array_equal(sa.actions.data, sb.actions.data)
         assert set(sa.extra_model_outputs) == set(sb.extra_model_outputs)
         for key, buf in sa.extra_model_outputs.items():
-            np.testing.assert_allclose(buf.data, sb.extra_model_outputs[key].data, rtol=1e-5)
+            _same_values(buf.data, sb.extra_model_outputs[key].data, key)
+
+
+def _same_values(a, b, key) -> None:
+    """Equal arrays (rtol 1e-5), or equal nested dicts of them (``state_out``: h and c)."""
+    if isinstance(b, dict):
+        assert isinstance(a, dict) and set(a) == set(b), (key, type(a))
+        for name in b:
+            _same_values(a[name], b[name], f"{key}/{name}")
+        return
+    np.testing.assert_allclose(a, b, rtol=1e-5, err_msg=key)
 
 
 def _values(stats):
@@ -344,6 +354,7 @@ def test_custom_connector_runs_rllib_loop(ray_session, caplog):
         ]
         assert len(notes) == 1, notes  # logged once
         assert not runner._core_in_use
+        assert "FlattenObservations" in runner.uses_rllib_sampling
         assert first and all(type(e) is MultiAgentEpisode for e in first)
     finally:
         runner.stop()
@@ -374,5 +385,160 @@ def test_random_actions_agent_steps_and_list_episodes(ray_session):
                 assert {"action_dist_inputs", "action_logp", "weights_seq_no"} <= set(extras)
                 assert len(extras["action_logp"]) == len(sa)
                 assert isinstance(sa.actions.data, list)
+    finally:
+        runner.stop()
+
+
+# -- stateful (LSTM) modules through our loop --------------------------------------
+def _lstm(config, cell: int = 8):
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+    return config.rl_module(
+        model_config=DefaultModelConfig(use_lstm=True, max_seq_len=10, lstm_cell_size=cell)
+    )
+
+
+def _tic_tac_toe_config():
+    """Turn-based TicTacToe (``player2`` joins at the second step), LSTM modules p0 / p1."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.examples.envs.classes.multi_agent.tic_tac_toe import TicTacToe
+
+    return _lstm(
+        PPOConfig()
+        .environment(TicTacToe)
+        .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=_tic_tac_toe_module)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=2)
+        .debugging(seed=3)
+    )
+
+
+def _tic_tac_toe_module(aid, episode=None, **kwargs):
+    return "p0" if aid == "player1" else "p1"
+
+
+def _sample_calls(runner_cls, config, state=None, episodes=2) -> tuple[list, dict]:
+    """Three 25-step chunks, then ``episodes`` whole episodes (explore=False), and the
+    runner's state.
+
+    Python's ``random`` (TicTacToe's first player) is seeded the same for each runner.
+    """
+    import random
+
+    saved = random.getstate()
+    random.seed(5)
+    runner = runner_cls(config=config)
+    try:
+        if state is not None:
+            runner.set_state(state)  # the same weights
+        calls = [runner.sample(num_timesteps=25, explore=False) for _ in range(3)]
+        if episodes:
+            calls.append(runner.sample(num_episodes=episodes, explore=False))
+        if runner_cls.__module__.startswith("envrunners"):
+            assert runner._core_in_use  # our loop ran, not RLlib's
+        return calls, runner.get_state()
+    finally:
+        runner.stop()
+        random.setstate(saved)
+
+
+@needs_rllib
+@pytest.mark.parametrize("env", ["cartpole", "tic_tac_toe"])
+def test_lstm_episodes_match_rllib_runner(ray_session, env):
+    """Recurrent modules sample through our loop; episodes (``state_out`` included) equal
+    RLlib's runner's: state carried across chunks, reset for new episodes and for agents
+    that join later, kept for agents that do not act in a step (turn-based)."""
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner as RLlibRunner
+
+    from envrunners.rllib import MultiAgentEnvRunner
+
+    # (Whole episodes only in TicTacToe: at most 30 steps, CartPole's may last 500.)
+    if env == "cartpole":
+        config, module_of = _lstm(_config(0, seed=7).env_runners(num_envs_per_env_runner=2)), None
+        episodes = 0
+    else:
+        config, module_of, episodes = _tic_tac_toe_config(), _tic_tac_toe_module, 2
+    theirs, state = _sample_calls(RLlibRunner, config, episodes=episodes)
+    ours, _ = _sample_calls(MultiAgentEnvRunner, config, state, episodes=episodes)
+    continued = False
+    for mine, ref in zip(ours, theirs):
+        assert len(mine) == len(ref)
+        for a, b in zip(mine, ref):
+            if module_of is None:
+                _same_agent_data(a, b)
+            else:
+                _same_agent_data(a, b, module_of)
+            for sa in a.agent_episodes.values():
+                assert Columns.STATE_OUT in sa.extra_model_outputs
+                continued |= sa.t_started > 0
+    assert continued  # chunks continued an episode (state from the previous call)
+
+
+@needs_rllib
+def test_lstm_ppo_trains_through_our_loop(ray_session):
+    algo = _lstm(_config(0, train_batch_size_per_learner=200, minibatch_size=100), 16)
+    algo = algo.build_algo()
+    try:
+        for _ in range(2):
+            result = algo.train()
+            _check_result(result)
+        assert algo.env_runner._core_in_use
+        assert algo.env_runner.module["p0"].is_stateful()
+        assert algo.env_runner.uses_rllib_sampling is None
+    finally:
+        algo.stop()
+
+
+def _cartpole_without_possible_agents(config=None):
+    """MultiAgentCartPole that declares its agents only through its per-agent space dicts."""
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+    env = MultiAgentCartPole(config)
+    env.possible_agents = []
+    return env
+
+
+@needs_rllib
+def test_env_without_possible_agents_runs_our_loop(ray_session):
+    """Agents known from the env's ``observation_spaces`` / ``action_spaces``: our loop
+    runs, with RLlib's runner's episodes."""
+    from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner as RLlibRunner
+
+    from envrunners.rllib import MultiAgentEnvRunner
+
+    config = (
+        _config(0, seed=7)
+        .environment(_cartpole_without_possible_agents, env_config={"num_agents": 2})
+        .env_runners(num_envs_per_env_runner=2)
+    )
+    theirs = RLlibRunner(config=config)
+    ours = MultiAgentEnvRunner(config=config)
+    try:
+        ours.set_state(theirs.get_state())
+        for _ in range(2):
+            mine = ours.sample(num_timesteps=40, explore=False)
+            ref = theirs.sample(num_timesteps=40, explore=False)
+            assert ours._core_in_use and len(mine) == len(ref)
+            for a, b in zip(mine, ref):
+                _same_agent_data(a, b)
+    finally:
+        ours.stop()
+        theirs.stop()
+
+
+@needs_rllib
+def test_connector_function_adding_no_pieces_runs_our_loop(ray_session, caplog):
+    """An ``env_to_module_connector`` that adds no piece leaves RLlib's default pipeline:
+    our loop runs (RLlib's loop runs only for pieces that are not RLlib's defaults)."""
+    from envrunners.rllib import MultiAgentEnvRunner
+
+    config = _config(0).env_runners(env_to_module_connector=lambda env, spaces, device: [])
+    runner = MultiAgentEnvRunner(config=config)
+    try:
+        with caplog.at_level(logging.INFO, logger="envrunners"):
+            assert runner.sample(num_timesteps=20)
+        assert runner._core_in_use
+        assert runner.uses_rllib_sampling is None
+        assert not [r for r in caplog.records if "RLlib's own sampling loop" in r.getMessage()]
     finally:
         runner.stop()

@@ -10,14 +10,18 @@ learner weights fit), ``sample()``'s bookkeeping (timers, ``on_sample_end``),
 the steps go through ``envrunners.sampling.multi_agent.MultiAgentSampler`` (one
 forward per module per vector step, RLlib's modules called by
 ``_multi_agent_acting.ModuleActing``), and the chunks it returns become RLlib
-``MultiAgentEpisode`` objects once per call. With custom connectors, recurrent
-modules or episode callbacks, RLlib's own ``_sample`` runs instead (logged once).
+``MultiAgentEpisode`` objects once per call. Stateful (recurrent) modules carry
+one state row per agent in the sampler (initial state at the agent's episode
+start, ``STATE_OUT`` recorded per agent step as RLlib's runner records it).
+With custom connectors or episode callbacks, RLlib's own ``_sample`` runs
+instead (logged once).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
@@ -32,6 +36,7 @@ from envrunners.rllib._env_steps import step_with_rllib_failure_handling
 from envrunners.rllib._multi_agent_acting import (
     ModuleActing,
     action_transforms,
+    user_connectors,
     why_not_ours,
 )
 from envrunners.rllib._multi_agent_episodes import to_rllib_episode
@@ -99,6 +104,12 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
             force_reset=force_reset,
         )
 
+    @property
+    def uses_rllib_sampling(self) -> str | None:
+        """Why ``sample()`` runs RLlib's own loop (as the single-agent runner's attribute
+        says), or None when it runs ours. Random-action calls may still run ours."""
+        return self._why_rllib_loop(random_actions=False)
+
     def _why_rllib_loop(self, random_actions: bool) -> str | None:
         """Why RLlib's own loop must run (None: ours runs)."""
         events = [e for e in _EPISODE_EVENTS if self._listens(e)]
@@ -107,22 +118,16 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
         sub_envs = getattr(self.env, "envs", None)
         if not sub_envs:
             return f"the vector env {type(self.env).__name__} exposes no sub-envs (`envs`)"
-        if not getattr(sub_envs[0].unwrapped, "possible_agents", None):
-            return "the env declares no `possible_agents` (our loop needs every agent's spaces)"
-        if random_actions:
+        if self._agent_spaces() is None:
+            return (
+                "the env declares neither `possible_agents` nor per-agent `observation_spaces` "
+                "and `action_spaces` (our loop needs every agent's spaces up front)"
+            )
+        if random_actions:  # no forward; RLlib's loop still runs user connectors
             if self.module is None:
                 return None
-            return why_not_ours(self.config, self.module) if self._custom_connectors() else None
-        return why_not_ours(self.config, self.module)
-
-    def _custom_connectors(self) -> bool:
-        c = self.config
-        return not (
-            c._env_to_module_connector is None
-            and c._module_to_env_connector is None
-            and c.add_default_connectors_to_env_to_module_pipeline
-            and c.add_default_connectors_to_module_to_env_pipeline
-        )
+            return user_connectors(self._env_to_module, self._module_to_env)
+        return why_not_ours(self.config, self.module, self._env_to_module, self._module_to_env)
 
     def _listens(self, event: str) -> bool:
         """Whether a callback object or function of the config handles ``event``."""
@@ -152,6 +157,8 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
             self._needs_initial_reset = True
         core.weights_seq_no = self._weights_seq_no
         num_runners = self.config.num_env_runners or 1
+        if self.module is not None:  # per-agent recurrent state rows (reset with the episodes)
+            core.use_states({mid: m for mid, m in self.module.items() if m.is_stateful()})
         acting = None
         if not random_actions:
             acting = ModuleActing(
@@ -238,10 +245,7 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
         core = self._core
         if core is not None and self._core_env is self.env:
             return core
-        first = self.env.envs[0].unwrapped
-        agents = list(first.possible_agents)
-        obs_spaces = {aid: first.get_observation_space(aid) for aid in agents}
-        act_spaces = {aid: first.get_action_space(aid) for aid in agents}
+        obs_spaces, act_spaces = self._agent_spaces()
         module_action_spaces = {
             mid: spaces[1]
             for mid, spaces in self.get_spaces().items()
@@ -266,6 +270,31 @@ class MultiAgentEnvRunner(RLlibMultiAgentEnvRunner):
             )
         self._core_env = self.env
         return core
+
+    def _agent_spaces(self) -> tuple[dict, dict] | None:
+        """Every agent's observation and action spaces (None: the env does not say).
+
+        From the first sub-env's ``possible_agents``, else from the vector env's
+        per-agent space dicts (RLlib's vector env reads the sub-env's
+        ``observation_spaces`` / ``action_spaces``).
+        """
+        first = self.env.envs[0].unwrapped
+        agents = list(getattr(first, "possible_agents", None) or ())
+        if agents:
+            return (
+                {aid: first.get_observation_space(aid) for aid in agents},
+                {aid: first.get_action_space(aid) for aid in agents},
+            )
+        obs = getattr(self.env, "single_observation_spaces", None)
+        act = getattr(self.env, "single_action_spaces", None)
+        if (
+            isinstance(obs, Mapping)
+            and isinstance(act, Mapping)
+            and obs
+            and obs.keys() == act.keys()
+        ):
+            return dict(obs), dict(act)
+        return None
 
     def _new_core_episode(self, env_index: int) -> MultiAgentEpisode:
         core = self._core

@@ -222,11 +222,14 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
                 actor.end()
         ts = result.env_steps
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
+        lists = not self.episodes_to_numpy  # RLlib's list buffers, not finalized
         done = [
-            to_rllib_episode(ep, obs_space, act_space, stats.duration_s)
+            to_rllib_episode(ep, obs_space, act_space, stats.duration_s, lists)
             for ep, stats in zip(result.done, result.episode_stats)
         ]
-        ongoing = [to_rllib_episode(ep, obs_space, act_space) for ep in result.ongoing]
+        ongoing = [
+            to_rllib_episode(ep, obs_space, act_space, as_lists=lists) for ep in result.ongoing
+        ]
         self._finished_stats.extend(result.episode_stats)
         # RLlib's per-call timers, logged once per sample() as the mean per vector step.
         if self._env_step_calls:
