@@ -84,6 +84,12 @@ def run(target: str, repeats: int = 5, sizes=tuple(SIZES), runners=RUNNERS):
     EnvRunnerGroup = api(target, "envrunners.env.env_runner_group").EnvRunnerGroup
     if ray.is_initialized():
         ray.shutdown()
+    import sys
+
+    from ray import cloudpickle
+
+    # The actors' processes need not find this file on their path: ship _Holder by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
     holder_cls = ray.remote(num_cpus=0)(_Holder)
     for size in sizes:
         for num_runners in runners:
@@ -99,7 +105,7 @@ def run(target: str, repeats: int = 5, sizes=tuple(SIZES), runners=RUNNERS):
             def sync(group=group) -> None:
                 group.sync_weights(timeout_seconds=60.0)
 
-            def floor(weights=weights, holders=holders) -> None:
+            def floor(weights=weights, holders=holders, seq=seq) -> None:
                 seq[0] += 1
                 ref = ray.put(weights)
                 ray.get([h.install.remote(ref, seq[0]) for h in holders])
