@@ -648,6 +648,8 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         proc = self.processes[k]
         pid = proc.pid if proc is not None else None
         ids = self.shares[k]
+        if self._ready[k] and respawn:  # it answered just now: nothing to replace
+            return
         error = VectorEnvWorkerHungError(
             f"worker {k} (pid {pid}, sub-envs {int(ids[0])}..{int(ids[-1])}) did not answer "
             f"within timeout_s={self.timeout_s} while {what}; it was killed",
@@ -655,17 +657,10 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             sub_env_indices=[int(i) for i in ids],
             timeout_s=float(self.timeout_s or 0.0),
         )
-        if self._ready[k] and respawn:  # it answered just now: nothing to replace
-            return
         if proc is not None and proc.exitcode is None:
             proc.kill()
             proc.join(5.0)
-        if respawn and self.restart_failed and not self.closed:
-            self._respawn(k, error)
-            return
-        self.close(terminate=True)
-        error.args = (f"{error.args[0]}; the vector env was shut down.",)
-        raise error
+        self._replace_or_raise(k, error, respawn)
 
     def _worker_died(self, k: int, what: str, *, respawn: bool = True) -> None:
         """Worker ``k`` is gone: with ``restart_failed`` (and ``respawn``) start a new one
@@ -683,6 +678,11 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             worker_index=k,
             sub_env_indices=[int(i) for i in ids],
         )
+        self._replace_or_raise(k, error, respawn)
+
+    def _replace_or_raise(self, k: int, error: VectorEnvWorkerDiedError, respawn: bool) -> None:
+        """Start a new worker ``k`` (``restart_failed`` and ``respawn``), or shut the env
+        down and raise ``error``."""
         if respawn and self.restart_failed and not self.closed:
             self._respawn(k, error)
             return
