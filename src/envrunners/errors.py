@@ -32,6 +32,7 @@ value, what was expected and, where there is one, the fix::
     ├── ColumnKeyError(KeyError)     a batch column that is missing or forbidden
     ├── SubEnvError(RuntimeError)    a sub-env in a worker process raised, died or hung
     │   └── VectorEnvWorkerDiedError a shared-memory vector env's worker process died
+    │       └── VectorEnvWorkerHungError such a worker did not answer within timeout_s
     ├── ModuleActingError(ValueError) an RLModule's acting inputs or outputs are unusable
     ├── ConnectorError(ValueError)   a connector returned no batch or lacks what it reads
     ├── EnvError(ValueError)         an env is not valid (``ray.rllib.utils.error``)
@@ -89,6 +90,7 @@ __all__ = [
     "StepFailedRecreateEnvError",
     "SubEnvError",
     "VectorEnvWorkerDiedError",
+    "VectorEnvWorkerHungError",
     "UnencodableValueError",
     "UnknownEnvError",
     "UnknownLoggerError",
@@ -479,3 +481,23 @@ class RLlibExtraMissingError(EnvRunnersError, ModuleNotFoundError):
     A ``ModuleNotFoundError`` (an ``ImportError``) whose ``name`` is the RLlib module
     that failed, so code probing optional modules treats it as a missing package.
     """
+
+
+# -- env/vector: shared-memory vector env robustness (issue 17) ---------------------------------
+
+
+class VectorEnvWorkerHungError(VectorEnvWorkerDiedError):
+    """A ``SharedMemoryVectorEnv`` worker process did not answer within ``timeout_s``.
+
+    It was alive but stuck (e.g. a sub-env's ``step`` that blocks); it was killed.
+
+    Attributes:
+        timeout_s: The limit it exceeded (``worker_index``/``sub_env_indices`` as
+            ``VectorEnvWorkerDiedError``).
+    """
+
+    def __init__(
+        self, message: str, *, worker_index: int, sub_env_indices: list[int], timeout_s: float
+    ):
+        self.timeout_s = timeout_s
+        super().__init__(message, worker_index=worker_index, sub_env_indices=sub_env_indices)

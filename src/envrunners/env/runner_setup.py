@@ -151,12 +151,17 @@ def _shared_memory_env(
     config: Any, fns: list[Callable[[], gym.Env]], batch_size: int | None
 ) -> SharedMemoryVectorEnv:
     """``SharedMemoryVectorEnv`` recreating failed sub-envs if the config says so; stepped
-    ready-first by the sampler when ``batch_size < num_envs`` (None: every sub-env per call)."""
+    ready-first by the sampler when ``batch_size < num_envs`` (None: every sub-env per call).
+
+    A worker that does not answer within ``sample_timeout_s`` (as for the multi-agent
+    ``AsyncVectorMultiAgentEnv``) is killed and replaced, or reported.
+    """
     return SharedMemoryVectorEnv(
         fns,
         batch_size=batch_size,
         restart_failed=bool(config.restart_failed_sub_environments),
         copy=False,
+        timeout_s=getattr(config, "sample_timeout_s", None) or None,
     )
 
 

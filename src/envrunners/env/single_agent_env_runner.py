@@ -68,16 +68,31 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         self._ready_batch: int | None = None
         #: ``(env step s, forward s)`` that ``overlap_inference="auto"`` measured, if it did.
         self._overlap_costs: tuple[float, float] | None = None
+        announce_later = False
         if runner_setup.should_create_env(self.config, self.worker_index):
-            self.make_env()
+            self._build_env()
+            # "auto" overlap may replace this env: announce only the env that is used.
+            announce_later = runner_setup.auto_overlap_applies(
+                self.config, self._env_context, self.num_envs
+            )
+            if not announce_later:
+                self._env_created()
         else:
             self._build_connectors()
         self.make_module()
-        self._choose_overlap()
+        if announce_later:
+            self._choose_overlap()
+            self._env_created()
 
     # -- construction --------------------------------------------------------------
     def make_env(self) -> None:
-        """(Re)create the vector env, its connectors and the sampler (closes the old env)."""
+        """(Re)create the vector env, its connectors and the sampler (closes the old env);
+        fires ``on_environment_created``."""
+        self._build_env()
+        self._env_created()
+
+    def _build_env(self) -> None:
+        """``make_env`` without firing ``on_environment_created``."""
         self._replace_env(
             functools.partial(runner_setup.make_vector_env, batch_size=self._ready_batch)
         )
@@ -106,7 +121,6 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         self._check_ready_first_connectors()
         self._sampler.finite_check = ObsRewardCheck(self.env.single_observation_space)
         self._sampler.on_non_finite = self._on_non_finite
-        self._env_created()
 
     def _check_ready_first_connectors(self) -> None:
         """``ConfigError`` if an asynchronous env meets connectors that read episodes."""
@@ -124,7 +138,8 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
 
         Only for a backend that can step asynchronously, with a module and no ready-first
         batch set by the config; overlapping rebuilds the env with half the sub-envs per
-        ready-first batch (``on_environment_created`` fires again for it).
+        ready-first batch. ``on_environment_created`` is the caller's: it fires once, for
+        the env this leaves.
         """
         config = self.config
         if self.env is None or self.module is None or self._ready_batch is not None:
@@ -155,7 +170,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         self._needs_initial_reset = True
         if overlap:
             self._ready_batch = self.num_envs // 2
-            self.make_env()
+            self._build_env()
 
     def _spaces_unchanged(self) -> bool:
         old = self._env_to_module.input_observation_space, self._module_to_env.input_action_space

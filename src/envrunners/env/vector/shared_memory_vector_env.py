@@ -20,8 +20,10 @@ flags False), ``infos`` as a list of per-sub-env dicts, and, when
 ``batch_size < num_envs``, ``async_reset()``/``recv()``/``send()`` acting on the
 sub-envs that are ready first. Sub-env failures follow ``FastSyncVectorEnv``
 (``restart_failed``, ``failed``, ``last_errors``, ``restart_sub_env``); a worker
-process that dies is replaced under ``restart_failed`` (its sub-envs reported as
-failed), else it is a ``VectorEnvWorkerDiedError`` naming it and its sub-envs.
+process that dies, or hangs (no answer within ``timeout_s``: it is killed), is
+replaced under ``restart_failed`` (its sub-envs reset, with the seeds of a reset it
+died in, and reported as failed), else it is a ``VectorEnvWorkerDiedError``
+(``VectorEnvWorkerHungError``) naming it and its sub-envs.
 """
 
 from __future__ import annotations
@@ -46,7 +48,12 @@ from envrunners.env.vector._sub_env_lifecycle import (
     stop_worker_processes,
     sub_env_seeds,
 )
-from envrunners.errors import ConfigError, SubEnvError, VectorEnvWorkerDiedError
+from envrunners.errors import (
+    ConfigError,
+    SubEnvError,
+    VectorEnvWorkerDiedError,
+    VectorEnvWorkerHungError,
+)
 from envrunners.utils.failure_log import FAILURE_LOG
 
 __all__ = ["SharedMemoryVectorEnv", "default_num_workers"]
@@ -383,10 +390,15 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             buffer, which the next command overwrites; ``recv`` always copies).
         observation_space, action_space: The single sub-env's spaces; when both are
             given, no sub-env is built in this process to read them.
+        timeout_s: Seconds a worker may take to build its sub-envs or to answer a
+            command (None: no limit; the runner passes ``sample_timeout_s``). A
+            worker past it is killed, then replaced (``restart_failed``) or reported
+            as ``VectorEnvWorkerHungError``. Checked while waiting, so a hang is
+            noticed up to about 0.2 s after the limit.
 
     Raises:
-        ConfigError: a bad ``num_workers``/``batch_size`` (naming what is expected), or
-            a space with no fixed shape and dtype.
+        ConfigError: a bad ``num_workers``/``batch_size``/``timeout_s`` (naming what
+            is expected), or a space with no fixed shape and dtype.
         SubEnvError: a sub-env could not be built in its worker.
     """
 
@@ -401,6 +413,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         copy: bool = True,
         observation_space: gym.Space | None = None,
         action_space: gym.Space | None = None,
+        timeout_s: float | None = None,
     ):
         self.closed = False
         self.processes: list[Any] = []
@@ -434,6 +447,17 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
                     f"worker's sub-envs become ready together, so use a multiple of {n // w}, "
                     "or a num_workers whose share divides batch_size."
                 )
+        if timeout_s is not None and not (
+            isinstance(timeout_s, int | float) and not isinstance(timeout_s, bool) and timeout_s > 0
+        ):
+            raise ConfigError(
+                f"SharedMemoryVectorEnv: timeout_s must be a positive number of seconds or "
+                f"None (no limit), got {timeout_s!r}"
+            )
+        self.timeout_s = None if timeout_s is None else float(timeout_s)
+        #: Per busy worker: (its stamp when first seen busy, when that was); a stamp that
+        #: has not moved for ``timeout_s`` means the worker is stuck on one command.
+        self._busy_since: dict[int, tuple[int, float]] = {}
         self.num_workers = w
         self.copy = copy
         self.restart_failed = restart_failed
@@ -441,6 +465,9 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self.shares = [s for s in np.array_split(np.arange(n), w)]
         #: ``worker_of[i]``: the worker that owns sub-env ``i``.
         self.worker_of = np.repeat(np.arange(w), [len(s) for s in self.shares])
+        #: Per worker: the ``(seeds, options)`` of the last reset it was told to do (for a
+        #: replacement of a worker that died during that reset).
+        self._reset_payloads: list[Any] = [([None] * len(share), None) for share in self.shares]
         self._read_spaces(observation_space, action_space)
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
@@ -518,10 +545,13 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             SubEnvError: one of them raised while being built.
             VectorEnvWorkerDiedError: the worker died first.
         """
+        what = "building its sub-envs"
         try:
+            if self.timeout_s is not None and not self._conns[k].poll(self.timeout_s):
+                self._worker_hung(k, what, respawn=False)
             status, payload = self._conns[k].recv()
         except (EOFError, OSError):
-            self._worker_died(k, "building its sub-envs", respawn=False)
+            self._worker_died(k, what, respawn=False)
         if status == "err":
             raise SubEnvError(
                 f"raised {payload[0]} while being built (in worker {k})",
@@ -589,10 +619,48 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             self._check_alive(what)
 
     def _check_alive(self, what: str) -> None:
-        """Handle (``_worker_died``) every dead worker that was told to work and has not answered."""
-        for k in np.flatnonzero(self._in_flight & (self._ready == 0)).tolist():
+        """Handle every worker that was told to work and has not answered: a dead one
+        (``_worker_died``), or one stuck on its command for ``timeout_s`` (``_worker_hung``).
+
+        A worker's stamp moves with every answer, so a busy worker whose stamp has not
+        moved since it was first seen busy is still on that command: no per-command
+        bookkeeping is needed.
+        """
+        busy = np.flatnonzero(self._in_flight & (self._ready == 0)).tolist()
+        timeout, since = self.timeout_s, self._busy_since
+        now = time.monotonic()
+        for k in busy:
             if self.processes[k].exitcode is not None:
+                since.pop(k, None)
                 self._worker_died(k, what)
+            elif timeout is not None:
+                stamp = int(self._stamp[k])
+                seen = since.get(k)
+                if seen is None or seen[0] != stamp:
+                    since[k] = (stamp, now)
+                elif now - seen[1] > timeout:
+                    del since[k]
+                    self._worker_hung(k, what)
+
+    def _worker_hung(self, k: int, what: str, *, respawn: bool = True) -> None:
+        """Worker ``k`` has not answered within ``timeout_s``: kill it, then replace it or
+        raise ``VectorEnvWorkerHungError`` (as ``_worker_died``)."""
+        proc = self.processes[k]
+        pid = proc.pid if proc is not None else None
+        ids = self.shares[k]
+        if self._ready[k] and respawn:  # it answered just now: nothing to replace
+            return
+        error = VectorEnvWorkerHungError(
+            f"worker {k} (pid {pid}, sub-envs {int(ids[0])}..{int(ids[-1])}) did not answer "
+            f"within timeout_s={self.timeout_s} while {what}; it was killed",
+            worker_index=k,
+            sub_env_indices=[int(i) for i in ids],
+            timeout_s=float(self.timeout_s or 0.0),
+        )
+        if proc is not None and proc.exitcode is None:
+            proc.kill()
+            proc.join(5.0)
+        self._replace_or_raise(k, error, respawn)
 
     def _worker_died(self, k: int, what: str, *, respawn: bool = True) -> None:
         """Worker ``k`` is gone: with ``restart_failed`` (and ``respawn``) start a new one
@@ -610,6 +678,11 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             worker_index=k,
             sub_env_indices=[int(i) for i in ids],
         )
+        self._replace_or_raise(k, error, respawn)
+
+    def _replace_or_raise(self, k: int, error: VectorEnvWorkerDiedError, respawn: bool) -> None:
+        """Start a new worker ``k`` (``restart_failed`` and ``respawn``), or shut the env
+        down and raise ``error``."""
         if respawn and self.restart_failed and not self.closed:
             self._respawn(k, error)
             return
@@ -619,7 +692,13 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
 
     def _respawn(self, k: int, error: VectorEnvWorkerDiedError) -> None:
         """Replace dead worker ``k``: a new process builds and resets its sub-envs, and
-        reports each as failed with ``error`` when it answers (like a recreated sub-env)."""
+        reports each as failed with ``error`` when it answers (like a recreated sub-env).
+
+        A worker that died during a reset is replaced by one that resets with that
+        reset's seeds and options (the reset returns what an undisturbed one would);
+        otherwise its sub-envs start unseeded episodes.
+        """
+        resetting = int(self._cmd[k]) == _RESET
         old = self.processes[k]
         try:
             self._conns[k].close()
@@ -630,8 +709,11 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self._ready[k] = 0
         self._start_worker(k)
         self._await_built(k)
-        seeds = [None] * len(self.shares[k])
-        self._command([k], _RESET, [(seeds, None, error)])
+        self._busy_since.pop(k, None)
+        if not resetting:  # (a replacement that dies in its own reset gets the same seeds)
+            self._reset_payloads[k] = ([None] * len(self.shares[k]), None)
+        seeds, options = self._reset_payloads[k]
+        self._command([k], _RESET, [(seeds, options, error)])
 
     def _consume(self, workers: Sequence[int], infos: list, rows: Sequence[int], what: str) -> None:
         """Mark ``workers`` consumed and apply their pipe messages.
@@ -766,7 +848,9 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
     def _reset_all(self, seed: Any, options: dict | None) -> list[dict]:
         seeds = sub_env_seeds(seed, self.num_envs)
         self._clear_failures()
-        payloads = [([seeds[i] for i in share], options) for share in self.shares]
+        payloads = self._reset_payloads = [
+            ([seeds[i] for i in share], options) for share in self.shares
+        ]
         return self._all(_RESET, payloads, "resetting")
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
@@ -793,7 +877,9 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self._drain()
         seeds = sub_env_seeds(seed, self.num_envs)
         self._clear_failures()
-        payloads = [([seeds[i] for i in share], options) for share in self.shares]
+        payloads = self._reset_payloads = [
+            ([seeds[i] for i in share], options) for share in self.shares
+        ]
         self._command(range(self.num_workers), _RESET, payloads)
 
     def recv(self) -> tuple[np.ndarray, Any, np.ndarray, np.ndarray, np.ndarray, list[dict]]:

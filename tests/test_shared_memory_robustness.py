@@ -1,0 +1,266 @@
+"""``SharedMemoryVectorEnv`` when a worker hangs or dies mid-reset, and the runner's
+``overlap_inference="auto"`` announcing its env once, with real worker processes.
+
+A sub-env that blocks forever in ``step`` (``time.sleep``) leaves its worker alive but
+silent: past ``timeout_s`` it is killed and replaced (``restart_failed``: its sub-envs
+come back reset and marked failed) or reported as ``VectorEnvWorkerHungError``. A
+worker that dies inside a seeded reset is replaced by one that resets with the same
+seeds. A marker file arms the fault once: the sub-env that removes it misbehaves, its
+replacement finds none.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core.columns import Columns
+from envrunners.core.rl_module.rl_module import RLModuleSpec
+from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
+from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+from envrunners.env.vector import SharedMemoryVectorEnv
+from envrunners.errors import ConfigError, VectorEnvWorkerDiedError, VectorEnvWorkerHungError
+from envrunners.sampling._overlap_choice import available_cpus
+
+
+class Faulty(gym.Wrapper):
+    """CartPole that, once ``marker`` exists, removes it and then blocks forever in
+    ``step`` (``fault="hang"``) or exits its process in ``reset`` (``fault="exit"``)."""
+
+    def __init__(self, marker: str | None = None, fault: str = "hang", sleep_s: float = 0.0):
+        super().__init__(gym.make("CartPole-v1"))
+        self.marker, self.fault, self.sleep_s = marker, fault, sleep_s
+
+    def _armed(self) -> bool:
+        if self.marker is None:
+            return False
+        try:
+            os.remove(self.marker)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def step(self, action):
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        if self.fault == "hang" and self._armed():
+            time.sleep(1e6)
+        return self.env.step(action)
+
+    def reset(self, **kwargs):
+        if self.fault == "exit" and self._armed():
+            os._exit(3)
+        return self.env.reset(**kwargs)
+
+
+def faulty_fns(n: int, marker: str | None, faulty: set[int], fault: str = "hang") -> list:
+    return [(lambda m=(marker if i in faulty else None): Faulty(m, fault)) for i in range(n)]
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` no longer exists (killed and reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def arm(path) -> str:
+    path.write_text("")
+    return str(path)
+
+
+def test_a_hung_worker_without_restarts_is_an_error_naming_it(tmp_path):
+    marker = tmp_path / "hang"
+    env = SharedMemoryVectorEnv(faulty_fns(4, str(marker), {2, 3}), num_workers=2, timeout_s=1)
+    env.reset(seed=0)
+    pid = env.processes[1].pid
+    arm(marker)
+    with pytest.raises(VectorEnvWorkerHungError) as info:
+        env.step(np.zeros(4, np.int64))
+    err = info.value
+    message = str(err)
+    assert f"worker 1 (pid {pid}, sub-envs 2..3)" in message and "timeout_s=1.0" in message
+    assert err.worker_index == 1 and err.sub_env_indices == [2, 3] and err.timeout_s == 1.0
+    assert isinstance(err, VectorEnvWorkerDiedError)
+    assert env.closed and gone(pid) and not mp.active_children()
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_a_hung_worker_is_killed_and_replaced_when_restarting_failed_sub_envs(tmp_path, batch_size):
+    marker = tmp_path / "hang"
+    env = SharedMemoryVectorEnv(
+        faulty_fns(4, str(marker), {2, 3}),
+        num_workers=2,
+        batch_size=batch_size,
+        restart_failed=True,
+        timeout_s=1,
+    )
+    try:
+        old_pid = env.processes[1].pid
+        if batch_size is None:
+            env.reset(seed=0)
+        else:
+            env.async_reset(seed=0)
+            for _ in range(2):  # both shares received, then sent again
+                ids, *_ = env.recv()
+                env.send(np.zeros(2, np.int64), ids)
+        arm(marker)
+        if batch_size is None:
+            obs, rew, te, tr, _ = env.step(np.zeros(4, np.int64))
+            ids = np.arange(4)
+        else:  # the other worker keeps answering meanwhile
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                ids, obs, rew, te, tr, _ = env.recv()
+                if env.failed.any():
+                    break
+                env.send(np.zeros(2, np.int64), ids)
+        assert env.failed.tolist() == [False, False, True, True]
+        assert [i for i, _ in env.last_errors] == [2, 3]
+        assert all(isinstance(e, VectorEnvWorkerHungError) for _, e in env.last_errors)
+        rows = np.isin(ids, [2, 3])
+        assert (rew[rows] == 0).all() and not te[rows].any() and not tr[rows].any()
+        assert (np.abs(obs[rows]) <= 0.05).all()  # CartPole's start states
+        assert gone(old_pid) and env.processes[1].is_alive()
+        if batch_size is None:
+            env.step(np.zeros(4, np.int64))
+            assert not env.failed.any()
+    finally:
+        env.close()
+    assert not mp.active_children()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_worker_dying_in_a_seeded_reset_is_replaced_with_its_seeds(tmp_path, asynchronous):
+    batch_size = 2 if asynchronous else None
+
+    def seeded_reset(env):
+        if not asynchronous:
+            return env.reset(seed=11)[0]
+        env.async_reset(seed=11)
+        obs = np.zeros((4, 4), np.float32)
+        for _ in range(2):  # each worker's share once (none is sent again)
+            ids, batch, *_ = env.recv()
+            obs[ids] = batch
+        return obs
+
+    reference = SharedMemoryVectorEnv(
+        faulty_fns(4, None, set()), num_workers=2, batch_size=batch_size
+    )
+    try:
+        expected = seeded_reset(reference)
+    finally:
+        reference.close()
+    marker = tmp_path / "exit"
+    env = SharedMemoryVectorEnv(
+        faulty_fns(4, str(marker), {2, 3}, fault="exit"),
+        num_workers=2,
+        batch_size=batch_size,
+        restart_failed=True,
+    )
+    try:
+        old_pid = env.processes[1].pid
+        arm(marker)
+        obs = seeded_reset(env)
+        assert env.processes[1].pid != old_pid and env.num_failures == 2
+        np.testing.assert_array_equal(obs, expected)
+    finally:
+        env.close()
+    assert not mp.active_children()
+
+
+def test_a_bad_timeout_is_a_config_error():
+    for bad in (0, -1.0, "1", True):
+        with pytest.raises(ConfigError, match=r"timeout_s must be a positive number"):
+            SharedMemoryVectorEnv(faulty_fns(2, None, set()), num_workers=1, timeout_s=bad)
+
+
+def _runner_config(env_creator, num_envs: int = 4):
+    return (
+        AlgorithmConfig()
+        .environment(env_creator)
+        .env_runners(
+            num_envs_per_env_runner=num_envs,
+            gym_env_vectorize_mode="shared_memory",
+            overlap_inference=False,
+            sample_timeout_s=1.0,
+        )
+        .fault_tolerance(restart_failed_sub_environments=True)
+        .debugging(seed=0)
+    )
+
+
+def test_runner_drops_the_episodes_of_a_hung_worker_and_goes_on(tmp_path):
+    marker = tmp_path / "hang"
+    path = str(marker)
+    config = _runner_config(lambda ctx: Faulty(path if ctx.vector_index >= 2 else None))
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        assert runner.env.timeout_s == 1.0
+        runner.sample(num_timesteps=100)
+        arm(marker)
+        episodes = runner.sample(num_timesteps=200)
+        assert runner.env.num_failures == len(runner.env.shares[-1])
+        assert sum(len(e) for e in episodes) >= 200
+        for e in episodes:
+            assert len(e.get_observations()) == len(e) + 1
+    finally:
+        runner.stop()
+    assert not mp.active_children()
+
+
+class AngleModule(TorchRLModule):
+    """Scripted policy: push toward the side the pole leans to."""
+
+    sleep_s = 0.0
+
+    def setup(self):
+        self.unused = torch.nn.Linear(1, 1)
+
+    def _forward(self, batch, **kwargs):
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        return {Columns.ACTIONS: (batch[Columns.OBS][:, 2] > 0).long()}
+
+
+class SlowAngleModule(AngleModule):
+    """A forward that costs about as much as the ``Faulty(sleep_s=0.002)`` step, so that
+    ``overlap_inference="auto"`` overlaps (given a second core)."""
+
+    sleep_s = 0.002
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_auto_overlap_announces_only_the_env_it_uses(slow):
+    created = []
+    config = (
+        AlgorithmConfig()
+        .environment(lambda ctx: Faulty(sleep_s=0.002 if slow else 0.0))
+        .env_runners(num_envs_per_env_runner=4, gym_env_vectorize_mode="shared_memory")
+        .callbacks(on_environment_created=lambda env, **kw: created.append(env))
+        .debugging(seed=0)
+        .rl_module(
+            rl_module_spec=RLModuleSpec(module_class=SlowAngleModule if slow else AngleModule)
+        )
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        assert runner._overlap_costs is not None  # "auto" timed the first env
+        if slow and available_cpus() >= 2:
+            assert runner._ready_batch == 2  # and replaced it to overlap
+        assert created == [runner.env.unwrapped]
+        assert sum(len(e) for e in runner.sample(num_timesteps=40)) >= 40
+        runner.make_env()  # a recreated env is announced again
+        assert len(created) == 2 and created[1] is runner.env.unwrapped
+    finally:
+        runner.stop()
+    assert not mp.active_children()
