@@ -32,6 +32,10 @@ from typing import Any
 
 CASES = ("ppo", "ppo_lstm", "dqn", "appo", "ppo_multi_agent")
 RUNNERS = ("rllib", "envrunners")
+#: APPO's ``min_time_s_per_iteration`` here (RLlib's default: 10 s).
+APPO_ITERATION_S = 1
+#: The learner's lifetime count of env steps it trained on (a step trained twice counts twice).
+TRAINED = "num_env_steps_trained_lifetime"
 #: Per case: the return to reach and the env-step budget.
 TARGETS = {
     "ppo": (150.0, 100_000),
@@ -86,6 +90,9 @@ def _config(case: str, runner: str, seed: int) -> Any:
     keys: dict[str, Any] = {"num_env_runners": remote, "num_envs_per_env_runner": 4}
     if case == "appo":
         keys["num_cpus_per_env_runner"] = 0.5
+        # 1 s iterations instead of APPO's default 10 s (~20k env steps here): the
+        # threshold is checked per iteration, so 10 s would quantise the count by ~30%.
+        config = config.reporting(min_time_s_per_iteration=APPO_ITERATION_S)
     if runner_cls is not None:
         keys["env_runner_cls"] = runner_cls
     return config.env_runners(**keys)
@@ -99,24 +106,33 @@ def _get(result: dict, *path: str) -> Any:
     return result
 
 
-def run_case(case: str, runner: str, seed: int) -> dict:
+def run_case(case: str, runner: str, seed: int, trace: bool = False) -> dict:
     threshold, budget = TARGETS[case]
     algo = _config(case, runner, seed).build_algo()
     start = time.perf_counter()
-    iterations, steps, reached_at, best, sampling = 0, 0, None, float("-inf"), []
+    iterations, steps, trained, best, sampling = 0, 0, 0, float("-inf"), []
+    dropped = None
+    reached_at = trained_at = None
     try:
         while steps < budget:
             result = algo.train()
             iterations += 1
             steps = int(_get(result, "env_runners", "num_env_steps_sampled_lifetime") or 0)
+            trained = int(_get(result, "learners", "__all_modules__", TRAINED) or 0)
+            dropped = _get(result, "learner_group", "learner_group_ts_dropped_lifetime")
             ret = _get(result, "env_runners", "episode_return_mean")
             timer = _get(result, "timers", "env_runner_sampling_timer")
             if timer is not None:
                 sampling.append(float(timer))
+            if trace:
+                print(json.dumps({"trace": case, "runner": runner, "seed": seed,
+                                  "iteration": iterations, "env_steps": steps,
+                                  "env_steps_trained": trained, "dropped": dropped,
+                                  "return": ret}), flush=True)  # fmt: skip
             if ret is not None and ret == ret:
                 best = max(best, float(ret))
                 if ret >= threshold:
-                    reached_at = steps
+                    reached_at, trained_at = steps, trained
                     break
     finally:
         algo.stop()
@@ -128,9 +144,13 @@ def run_case(case: str, runner: str, seed: int) -> dict:
         "threshold": threshold,
         "budget_env_steps": budget,
         "env_steps_to_threshold": reached_at,
+        "env_steps_trained_to_threshold": trained_at,
         "best_return": best,
         "iterations": iterations,
         "env_steps": steps,
+        "env_steps_trained": trained,
+        # Async algorithms (APPO): env steps the LearnerGroup dropped with its learner busy.
+        "env_steps_dropped_by_learner_group": dropped,
         "wall_s": time.perf_counter() - start,
         "sampling_timer_last_s": sampling[-1] if sampling else None,
     }
@@ -140,7 +160,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument(
+        "--runners",
+        default=",".join(RUNNERS),
+        help="comma-separated runner classes to train with, in order (rllib,rllib: RLlib's "
+        "own run-to-run spread at one seed)",
+    )
+    parser.add_argument("--trace", action="store_true", help="one line per iteration")
     args = parser.parse_args()
+    runners = args.runners.split(",")
+    bad = [r for r in runners if r not in RUNNERS]
+    if bad:
+        parser.error(f"--runners: unknown {bad}; expected names from {list(RUNNERS)}")
     import ray
 
     from envrunners.env._ray_setup import init_local_ray  # bound to 127.0.0.1, as envrunners
@@ -149,36 +180,41 @@ def main() -> None:
     for case in args.cases.split(","):
         for seed in [int(s) for s in args.seeds.split(",")]:
             records = {}
-            for runner in RUNNERS:
+            for runner in runners:
                 try:
-                    rec = run_case(case, runner, seed)
+                    rec = run_case(case, runner, seed, trace=args.trace)
                 except Exception as err:  # one case's failure must not hide the others
                     traceback.print_exc()
                     rec = {"workload": "RLLIB_LEARNING", "case": case, "runner": runner, "seed": seed,
                            "error": f"{type(err).__name__}: {err}"}  # fmt: skip
-                records[runner] = rec
+                records.setdefault(runner, rec)
                 print(json.dumps(rec), flush=True)
-            ours, theirs = records["envrunners"], records["rllib"]
-            a, b = ours.get("env_steps_to_threshold"), theirs.get("env_steps_to_threshold")
-            print(
-                json.dumps(
-                    {
-                        "workload": "RLLIB_LEARNING",
-                        "case": case,
-                        "seed": seed,
-                        "variant": "envrunners_vs_rllib",
-                        "steps_ratio": (a / b) if a and b else None,
-                        "within_20_percent": bool(a and b and 0.8 <= a / b <= 1.2),
-                        "wall_ratio": ours.get("wall_s", 0) / theirs["wall_s"]
-                        if theirs.get("wall_s")
-                        else None,
-                        "python": sys.version.split()[0],
-                        "cpus": os.cpu_count(),
-                    }
-                ),
-                flush=True,
-            )
+            if "rllib" in records and "envrunners" in records:
+                print(json.dumps(_comparison(case, seed, records)), flush=True)
     ray.shutdown()
+
+
+def _comparison(case: str, seed: int, records: dict) -> dict:
+    """The ``envrunners_vs_rllib`` record of one case and seed: ours / RLlib's."""
+    ours, theirs = records["envrunners"], records["rllib"]
+
+    def ratio(key: str) -> float | None:
+        a, b = ours.get(key), theirs.get(key)
+        return (a / b) if a and b else None
+
+    steps_ratio = ratio("env_steps_to_threshold")
+    return {
+        "workload": "RLLIB_LEARNING",
+        "case": case,
+        "seed": seed,
+        "variant": "envrunners_vs_rllib",
+        "steps_ratio": steps_ratio,
+        "trained_steps_ratio": ratio("env_steps_trained_to_threshold"),
+        "within_20_percent": bool(steps_ratio and 0.8 <= steps_ratio <= 1.2),
+        "wall_ratio": ratio("wall_s"),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+    }
 
 
 if __name__ == "__main__":
