@@ -2,13 +2,16 @@
 
 For each RLlib 2.60 algorithm the same config (same seed) trains once with RLlib's
 own runner class and once with ``envrunners.rllib``'s (``env_runner_cls=...``) until
-``env_runners/episode_return_mean`` reaches the case's threshold or the step budget
-runs out. One record per (case, runner): env steps sampled (lifetime) when the
+the mean return of the last 20+ episodes (``_RecentReturns``) reaches the case's
+threshold or the step budget runs out. One record per (case, runner): env steps
+sampled (lifetime) and env steps trained (the learner's lifetime count) when the
 threshold was first reached (None if never), iterations, wall time, sampling time
 per iteration; then one ``envrunners_vs_rllib`` record per case with
-``steps_ratio`` = ours / RLlib's (issue 19: within 0.8-1.2) and the sampling
-speed-up. One seed per case: RL returns vary between seeds, so a ratio outside the
-band is a reason to rerun with ``--seeds``, not proof by itself.
+``steps_ratio`` = ours / RLlib's (issue 19: within 0.8-1.2) and
+``trained_steps_ratio``. RL returns vary between seeds and RLlib's own runs are not
+reproducible (DQN's replay buffer draws from an unseeded generator, APPO's async
+learner depends on timing), so compare medians over ``--seeds``; ``--runners
+rllib,rllib`` shows RLlib's own spread.
 
 Not a ``run.py`` workload (it trains for minutes). Cases (CartPole-class, so they
 learn in minutes on 2 CPUs; Pong does not):
@@ -32,6 +35,8 @@ from typing import Any
 
 CASES = ("ppo", "ppo_lstm", "dqn", "appo", "ppo_multi_agent")
 RUNNERS = ("rllib", "envrunners")
+#: Episodes the threshold's mean return is over (at least; whole iterations).
+SMOOTHING = 20
 #: APPO's ``min_time_s_per_iteration`` here (RLlib's default: 10 s).
 APPO_ITERATION_S = 1
 #: The learner's lifetime count of env steps it trained on (a step trained twice counts twice).
@@ -62,7 +67,7 @@ def _config(case: str, runner: str, seed: int) -> Any:
         from ray.rllib.algorithms.appo import APPOConfig
 
         config = APPOConfig()
-    config = config.debugging(seed=seed).reporting(metrics_num_episodes_for_smoothing=20)
+    config = config.debugging(seed=seed).reporting(metrics_num_episodes_for_smoothing=SMOOTHING)
     runner_cls = None
     if case == "ppo_multi_agent":
         from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
@@ -106,12 +111,38 @@ def _get(result: dict, *path: str) -> Any:
     return result
 
 
+class _RecentReturns:
+    """The mean return of at least the last ``n`` episodes, over whole iterations.
+
+    RLlib 2.60's ``episode_return_mean`` is the mean over one iteration's finished
+    episodes (NaN without any), however large ``metrics_num_episodes_for_smoothing``:
+    with short iterations (APPO's 1 s here, DQN's 1000 env steps) one lucky episode
+    would cross the threshold. ``add`` keeps (mean, count) per iteration and returns
+    the episode-weighted mean of the latest iterations that hold ``n`` episodes.
+    """
+
+    def __init__(self, n: int):
+        self.n = n
+        self._iterations: list[tuple[float, int]] = []
+
+    def add(self, mean: Any, count: Any) -> float | None:
+        if mean is not None and mean == mean and count:
+            self._iterations.append((float(mean), int(count)))
+        total = weighted = 0.0
+        for mean_, count_ in reversed(self._iterations):
+            total, weighted = total + count_, weighted + mean_ * count_
+            if total >= self.n:
+                return weighted / total
+        return None
+
+
 def run_case(case: str, runner: str, seed: int, trace: bool = False) -> dict:
     threshold, budget = TARGETS[case]
     algo = _config(case, runner, seed).build_algo()
     start = time.perf_counter()
     iterations, steps, trained, best, sampling = 0, 0, 0, float("-inf"), []
     dropped = None
+    recent = _RecentReturns(SMOOTHING)
     reached_at = trained_at = None
     try:
         while steps < budget:
@@ -120,7 +151,9 @@ def run_case(case: str, runner: str, seed: int, trace: bool = False) -> dict:
             steps = int(_get(result, "env_runners", "num_env_steps_sampled_lifetime") or 0)
             trained = int(_get(result, "learners", "__all_modules__", TRAINED) or 0)
             dropped = _get(result, "learner_group", "learner_group_ts_dropped_lifetime")
-            ret = _get(result, "env_runners", "episode_return_mean")
+            it_ret = _get(result, "env_runners", "episode_return_mean")
+            it_episodes = _get(result, "env_runners", "num_episodes")
+            ret = recent.add(it_ret, it_episodes)
             timer = _get(result, "timers", "env_runner_sampling_timer")
             if timer is not None:
                 sampling.append(float(timer))
@@ -128,6 +161,7 @@ def run_case(case: str, runner: str, seed: int, trace: bool = False) -> dict:
                 print(json.dumps({"trace": case, "runner": runner, "seed": seed,
                                   "iteration": iterations, "env_steps": steps,
                                   "env_steps_trained": trained, "dropped": dropped,
+                                  "episodes": it_episodes, "iteration_return": it_ret,
                                   "return": ret}), flush=True)  # fmt: skip
             if ret is not None and ret == ret:
                 best = max(best, float(ret))
