@@ -111,6 +111,14 @@ def _get(result: dict, *path: str) -> Any:
     return result
 
 
+def _number(value: Any) -> float | None:
+    """A result's number as a float; None for a missing or NaN one (an iteration's
+    mean or count without any finished episode)."""
+    if value is None or value != value:
+        return None
+    return float(value)
+
+
 class _RecentReturns:
     """The mean return of at least the last ``n`` episodes, over whole iterations.
 
@@ -126,7 +134,7 @@ class _RecentReturns:
         self._iterations: list[tuple[float, int]] = []
 
     def add(self, mean: Any, count: Any) -> float | None:
-        if mean is not None and mean == mean and count:
+        if mean is not None and count:
             self._iterations.append((float(mean), int(count)))
         total = weighted = 0.0
         for mean_, count_ in reversed(self._iterations):
@@ -151,8 +159,8 @@ def run_case(case: str, runner: str, seed: int, trace: bool = False) -> dict:
             steps = int(_get(result, "env_runners", "num_env_steps_sampled_lifetime") or 0)
             trained = int(_get(result, "learners", "__all_modules__", TRAINED) or 0)
             dropped = _get(result, "learner_group", "learner_group_ts_dropped_lifetime")
-            it_ret = _get(result, "env_runners", "episode_return_mean")
-            it_episodes = _get(result, "env_runners", "num_episodes")
+            it_ret = _number(_get(result, "env_runners", "episode_return_mean"))
+            it_episodes = int(_number(_get(result, "env_runners", "num_episodes")) or 0)
             ret = recent.add(it_ret, it_episodes)
             timer = _get(result, "timers", "env_runner_sampling_timer")
             if timer is not None:
@@ -162,7 +170,7 @@ def run_case(case: str, runner: str, seed: int, trace: bool = False) -> dict:
                                   "iteration": iterations, "env_steps": steps,
                                   "env_steps_trained": trained, "dropped": dropped,
                                   "episodes": it_episodes, "iteration_return": it_ret,
-                                  "return": ret}), flush=True)  # fmt: skip
+                                  "return": ret}, default=float), flush=True)  # fmt: skip
             if ret is not None and ret == ret:
                 best = max(best, float(ret))
                 if ret >= threshold:
@@ -222,7 +230,7 @@ def main() -> None:
                     rec = {"workload": "RLLIB_LEARNING", "case": case, "runner": runner, "seed": seed,
                            "error": f"{type(err).__name__}: {err}"}  # fmt: skip
                 records.setdefault(runner, rec)
-                print(json.dumps(rec), flush=True)
+                print(json.dumps(rec, default=float), flush=True)
             if "rllib" in records and "envrunners" in records:
                 print(json.dumps(_comparison(case, seed, records)), flush=True)
     ray.shutdown()
