@@ -409,6 +409,55 @@ def test_same_episodes_as_rllibs_runner(explore, lstm):
         assert _value(our_metrics[metric]) == _value(their_metrics[metric]), metric
 
 
+@needs_rllib
+def test_remote_runner_calls_match_rllibs_runner_for_dqn_epsilon():
+    """As one of 2 remote runners between weight syncs (APPO's and DQN's set-up), our
+    runner returns RLlib's steps per default-sized ``sample()`` call, the same episode
+    chunks, and passes RLlib's ``t`` (its estimate of the global env steps, which DQN's
+    epsilon schedule reads) to every exploring forward."""
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner as RLlibRunner
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    def run(cls):
+        config = (
+            DQNConfig()
+            .environment("CartPole-v1")
+            .env_runners(num_env_runners=2, num_envs_per_env_runner=3, rollout_fragment_length=5)
+            .debugging(seed=0)
+        )
+        runner = cls(config=config, worker_index=1, num_workers=2)
+        ts_seen = []
+        forward = runner.module._forward_exploration
+
+        def recording_forward(batch, t, **kwargs):
+            ts_seen.append(t)
+            return forward(batch, t=t, **kwargs)
+
+        runner.module._forward_exploration = recording_forward
+        try:
+            steps, chunks, lifetime = [], [], 0
+            for _ in range(12):
+                episodes = runner.sample()
+                steps.append(sum(len(e) for e in episodes))
+                chunks += sorted(
+                    (e.t_started, len(e), e.is_done, e.get_observations().tobytes())
+                    for e in episodes
+                )
+                # The algorithm's sync: both runners' steps, an odd total on purpose.
+                lifetime += 2 * steps[-1] + 1
+                runner.set_state({NUM_ENV_STEPS_SAMPLED_LIFETIME: lifetime})
+            return steps, chunks, ts_seen
+        finally:
+            runner.stop()
+
+    our_steps, our_chunks, our_ts = run(er.SingleAgentEnvRunner)
+    their_steps, their_chunks, their_ts = run(RLlibRunner)
+    assert our_steps == their_steps and min(their_steps) >= 15
+    assert our_chunks == their_chunks
+    assert our_ts == their_ts and their_ts[-1] > their_ts[0]
+
+
 def _order(episode):
     return (episode.get_observations().tobytes(), episode.t_started, len(episode))
 
