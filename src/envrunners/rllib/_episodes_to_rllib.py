@@ -11,6 +11,7 @@ per episode; the receiver gets a plain list of RLlib's own episode objects.
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -47,6 +48,8 @@ _PLAIN_SLOTS = (
     "_custom_data",
 )
 _COLUMNS = ("observations", "actions", "rewards")
+#: Columns up to this size are joined into one array for pickling.
+_JOIN_MAX_BYTES = 1 << 22
 
 
 def _buffer(data: Any, lookback: int, space: Any, struct: Any) -> RLlibBuffer:
@@ -141,15 +144,22 @@ class RLlibEpisodeList(list):
 
     A list of RLlib ``SingleAgentEpisode``s like any other; only its pickled form
     differs: each column (observations, actions, rewards, every extra model
-    output) of all its episodes goes as one array, each episode's own arrays
-    become views of it on unpickling. Episodes that are not plain numpy'd RLlib
-    episodes (nested spaces, a callback's edits to the buffers) pickle as a
-    plain list.
+    output) of all its episodes goes as one array (up to 4 MiB; larger ones
+    per episode), each episode's own arrays become views of it on unpickling.
+    Episodes that are not plain numpy'd RLlib episodes (nested spaces, a
+    callback's edits to the buffers) pickle as a plain list.
     """
 
     __slots__ = ()
 
+    def __copy__(self) -> RLlibEpisodeList:
+        return RLlibEpisodeList(self)  # the same episode objects, as for a list
+
+    def __deepcopy__(self, memo: dict) -> RLlibEpisodeList:
+        return RLlibEpisodeList(copy.deepcopy(list(self), memo))
+
     def __reduce__(self) -> tuple:
+        """``(_unpack, packed columns)``; a plain list's reduction where packing does not fit."""
         packed = _pack(self)
         if packed is None:
             return (list, (list(self),))
@@ -207,7 +217,10 @@ def _pack(episodes: list) -> tuple | None:
         first = parts[0]
         if any(p.dtype != first.dtype or p.shape[1:] != first.shape[1:] for p in parts):
             return None
-        arrays.append(np.concatenate(parts))
+        # A large column (image observations) goes as its episodes' arrays: joining
+        # them would cost one more copy of it than pickling them one by one.
+        big = sum(p.nbytes for p in parts) > _JOIN_MAX_BYTES
+        arrays.append(parts if big else np.concatenate(parts))
         lengths.append([len(p) for p in parts])
     return (plain, metas, extra_keys, arrays, lengths, infos)
 
@@ -218,6 +231,9 @@ def _unpack(
     """The plain list of RLlib episodes ``_pack`` packed."""
     views = []
     for array, lens in zip(arrays, lengths):
+        if type(array) is list:  # a large column, sent per episode
+            views.append(array)
+            continue
         stops = np.cumsum(lens).tolist()
         starts = [0, *stops[:-1]]
         views.append([array[a:b] for a, b in zip(starts, stops)])
