@@ -22,6 +22,13 @@ checked). ``env_steps_per_s`` is env steps sampled per second of sampling time, 
 script runs both runners per case and adds ``envrunners_vs_rllib`` records with the
 sampling and iteration speed-ups (targets: sampling >= 3x, iterations faster).
 
+``--sample-only N`` measures ``sample()`` alone instead: one local runner of each
+class (the ``cartpole`` case's settings, sized as one of its 2 runners: 8 envs,
+2000 steps per call) in this process, without Ray; the two classes' calls
+alternate ``N`` times, and one ``sample_only`` record gives the median wall and
+CPU seconds per call of each (plus ``pickle_s``: the reply's pickling as a remote
+runner's would be, and its unpickling) and RLlib's over ours.
+
 Needs ``ray[rllib]`` 2.60 in this interpreter (``pip install -e ".[rllib]"``); RLlib is
 imported only when a case runs. A runner class that cannot be imported gives an
 ``error`` record for that variant instead of a measurement.
@@ -196,6 +203,52 @@ def measure(case: str, runner: str, iterations: int, warmup: int) -> dict:
     return {k: float(v) if hasattr(v, "item") else v for k, v in record.items()}
 
 
+def sample_only(repeats: int) -> dict:
+    """``sample()`` alone, RLlib's runner class and ours alternating: one record."""
+    import pickle
+
+    import torch
+    from ray import cloudpickle
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner as RLlibRunner
+
+    torch.set_num_threads(1)  # as in a Ray actor (OMP_NUM_THREADS=1)
+    runners = {}
+    for runner in RUNNERS:
+        cls = runner_class(runner) or RLlibRunner
+        config = build_config("cartpole", cls)
+        runners[runner] = cls(config=config, worker_index=1, num_workers=NUM_RUNNERS)
+    times: dict[str, dict[str, list[float]]] = {
+        r: {"wall": [], "cpu": [], "pickle": []} for r in runners
+    }
+    try:
+        for i in range(repeats + 2):  # two untimed calls each first
+            for runner, env_runner in runners.items():
+                wall, cpu = time.perf_counter(), time.process_time()
+                episodes = env_runner.sample()
+                metrics = env_runner.get_metrics()
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                start, buffers = time.perf_counter(), []
+                data = cloudpickle.dumps(
+                    (episodes, metrics), protocol=5, buffer_callback=buffers.append
+                )
+                pickle.loads(data, buffers=buffers)
+                if i >= 2:
+                    times[runner]["wall"].append(wall)
+                    times[runner]["cpu"].append(cpu)
+                    times[runner]["pickle"].append(time.perf_counter() - start)
+    finally:
+        for env_runner in runners.values():
+            env_runner.stop()
+    record: dict[str, Any] = {"workload": WORKLOAD, "case": "cartpole", "variant": "sample_only"}
+    record["repeats"] = repeats
+    for runner, values in times.items():
+        for name, series in values.items():
+            record[f"{runner}_{name}_s"] = statistics.median(series)
+    for name in ("wall", "cpu"):
+        record[f"{name}_speedup"] = record[f"rllib_{name}_s"] / record[f"envrunners_{name}_s"]
+    return record
+
+
 def ratio(ours: dict, theirs: dict) -> dict:
     """``envrunners_vs_rllib``: RLlib's times over ours (> 1: ours is faster)."""
     out: dict[str, Any] = {"workload": WORKLOAD, "case": ours["case"]}
@@ -224,7 +277,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1, help="untimed first iterations (1)")
     parser.add_argument("--cases", default=",".join(CASES), help="cartpole,pong")
     parser.add_argument("--runners", default=",".join(RUNNERS), help="rllib,envrunners")
+    parser.add_argument("--sample-only", type=int, default=0, metavar="N",
+                        help="time sample() alone, N alternating calls per runner class")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.sample_only:
+        emit(sample_only(args.sample_only))
+        return 0
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     bad = [c for c in cases if c not in CASES] + [r for r in runners if r not in RUNNERS]

@@ -458,6 +458,55 @@ def test_remote_runner_calls_match_rllibs_runner_for_dqn_epsilon():
     assert our_ts == their_ts and their_ts[-1] > their_ts[0]
 
 
+@needs_rllib
+def test_sampled_episodes_pickle_column_wise_into_rllib_episodes():
+    """``sample()``'s list pickles as a few column arrays and comes back as RLlib's episodes."""
+    import pickle
+
+    from ray import cloudpickle
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode as RLlibEpisode
+
+    runner = er.SingleAgentEnvRunner(config=_ppo(envs=4))
+    try:
+        first = runner.sample(num_timesteps=200)
+        second = runner.sample(num_timesteps=200)
+    finally:
+        runner.stop()
+    buffers = []
+    data = cloudpickle.dumps(first, protocol=5, buffer_callback=buffers.append)
+    back = pickle.loads(data, buffers=buffers)
+    assert type(back) is list and len(back) == len(first) > 4
+    plain: list = []
+    cloudpickle.dumps(list(first), protocol=5, buffer_callback=plain.append)
+    assert len(buffers) < len(plain) // 2  # one array per column, not a few per episode
+    for ours, theirs in zip(first, back):
+        assert type(theirs) is RLlibEpisode
+        for slot in RLlibEpisode.__slots__:
+            a, b = getattr(ours, slot), getattr(theirs, slot)
+            if slot in ("observations", "actions", "rewards", "infos"):
+                a, b = dict(a.__dict__), dict(b.__dict__)
+                np.testing.assert_array_equal(a.pop("data"), b.pop("data"), err_msg=slot)
+            elif slot == "extra_model_outputs":
+                assert list(a) == list(b)
+                for key in a:
+                    np.testing.assert_array_equal(a[key].data, b[key].data, err_msg=key)
+                    assert a[key].lookback == b[key].lookback
+                continue
+            assert a == b, slot
+        theirs.validate()
+    # RLlib's own episode methods on the unpickled episodes.
+    continued = {e.id_: e for e in pickle.loads(cloudpickle.dumps(second))}
+    ongoing = [e for e in back if not e.is_done and e.id_ in continued]
+    assert ongoing
+    chunk = ongoing[0]
+    chunk.concat_episode(continued[chunk.id_])
+    chunk.validate()
+    restored = RLlibEpisode.from_state(chunk.get_state())
+    np.testing.assert_array_equal(restored.get_observations(), chunk.get_observations())
+    ongoing_back = [e for e in back if not e.is_done]
+    assert ongoing_back[0].cut().t_started == ongoing_back[0].t
+
+
 def _order(episode):
     return (episode.get_observations().tobytes(), episode.t_started, len(episode))
 

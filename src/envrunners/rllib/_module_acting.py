@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.connectors.env_to_module import (
     AddObservationsFromEpisodesToBatch,
@@ -33,6 +35,10 @@ from ray.rllib.connectors.module_to_env import (
     UnBatchToIndividualItems,
 )
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.distribution.torch.torch_distribution import TorchCategorical
+from ray.rllib.core.models.torch.encoder import TorchActorCriticEncoder, TorchMLPEncoder
+from ray.rllib.core.models.torch.heads import TorchMLPHead
+from ray.rllib.core.models.torch.primitives import TorchMLP
 from ray.rllib.core.rl_module.rl_module import RLModule
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.utils import force_list
@@ -44,7 +50,13 @@ from ray.rllib.utils.spaces.space_utils import (
 )
 from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 
-__all__ = ["ModuleActor", "action_fn_for", "custom_connectors", "episode_callbacks_in_use"]
+__all__ = [
+    "DirectMLPForward",
+    "ModuleActor",
+    "action_fn_for",
+    "custom_connectors",
+    "episode_callbacks_in_use",
+]
 
 #: The pieces ``AlgorithmConfig.build_env_to_module_connector`` adds by default
 #: (single-agent), whose work ``ModuleActor`` does.
@@ -128,6 +140,7 @@ class ModuleActor:
         self.stateful = bool(module.is_stateful())
         self._explore_fn, self._inference_fn = module.forward_exploration, module.forward_inference
         self._was_training: bool | None = None
+        self._direct: DirectMLPForward | None = None
         #: Wall time spent in the module's forward and action sampling (RLlib's timer).
         self.forward_s = 0.0
         self.forward_calls = 0
@@ -149,12 +162,26 @@ class ModuleActor:
                 self._explore_fn = module._forward_exploration
             if cls.forward_inference is TorchRLModule.forward_inference:
                 self._inference_fn = module._forward_inference
+        # Rebuilt per call: a restored or reloaded module may hold new parameter tensors.
+        self._direct = DirectMLPForward.build(module) if self._direct_ok() else None
+
+    def _direct_ok(self) -> bool:
+        """Whether both forwards are RLlib's no-grad wrappers of the module's ``_forward``."""
+        cls = type(self.module)
+        return (
+            not self.stateful
+            and self._explore_fn == self.module._forward_exploration
+            and self._inference_fn == self.module._forward_inference
+            and cls._forward_exploration is TorchRLModule._forward_exploration
+            and cls._forward_inference is TorchRLModule._forward_inference
+        )
 
     def end(self) -> None:
         """After a ``sample()`` call: the module back in the mode ``begin`` found it in."""
         if self._was_training:
             self.module.train()
         self._was_training = None
+        self._direct = None
 
     def initial_state(self) -> Any:
         """One sub-env's initial state, numpy leaves (e.g. ``{"h": (cell,), "c": (cell,)}``)."""
@@ -195,10 +222,41 @@ class ModuleActor:
 
     def act(self, obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
         """One batched forward for ``obs`` (one row per sub-env) -> (actions, extras)."""
+        if self._direct is not None:
+            obs_t = self._tensor(obs)
+            if type(obs_t) is torch.Tensor:
+                return self._act_direct(obs_t, explore)
         out = self._forward({Columns.OBS: self._tensor(obs)}, explore, t)
         actions = out.pop(Columns.ACTIONS)
         out.pop(Columns.ACTIONS_FOR_ENV, None)
         return actions, out
+
+    def _act_direct(self, obs: torch.Tensor, explore: bool) -> tuple[Any, dict]:
+        """``act`` through ``DirectMLPForward``: the same torch ops, results and RNG draws.
+
+        A ``TorchCategorical`` is sampled with the ops torch's ``Categorical`` runs
+        (normalized logits, softmax, ``multinomial``, ``gather``); any other
+        distribution class as in ``_forward``.
+        """
+        start = time.perf_counter()
+        logits = self._direct(obs)
+        dist_cls = self._explore_dist if explore else self._inference_dist
+        if explore and dist_cls is TorchCategorical:
+            normalized = logits - logits.logsumexp(-1, keepdim=True)
+            probs = torch.softmax(normalized, -1).reshape(-1, normalized.shape[-1])
+            actions = torch.multinomial(probs, 1, True).T.reshape(normalized.shape[:-1])
+            logp = normalized.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        else:
+            with torch.no_grad():
+                dist = dist_cls.from_logits(logits)
+                if not explore:
+                    dist = dist.to_deterministic()
+                actions = dist.sample()
+                logp = dist.logp(actions)
+        self.forward_s += time.perf_counter() - start
+        self.forward_calls += 1
+        extras = {Columns.ACTION_DIST_INPUTS: _numpy(logits), Columns.ACTION_LOGP: _numpy(logp)}
+        return _numpy(actions), extras
 
     def act_stateful(
         self, obs: Any, explore: bool, t: int, state: Any, extra_inputs: Any
@@ -214,6 +272,71 @@ class ModuleActor:
         out.pop(Columns.ACTIONS_FOR_ENV, None)
         state_out = out.pop(Columns.STATE_OUT)
         return actions, out, state_out
+
+
+class DirectMLPForward:
+    """RLlib's default PPO/APPO MLP policy forward as its own torch ops, bitwise the same.
+
+    ``DefaultPPOTorchRLModule._forward`` on an MLP encoder goes through four
+    ``nn.Module`` calls and three output dicts per layer stack; this runs the same
+    ``F.linear`` and (in-place) activation kernels on the parameters' detached
+    tensors, so the action-distribution inputs are identical and no autograd graph
+    is built. ``build`` returns None for anything else (hooks, LayerNorm, other
+    activations, a stateful or customized module).
+    """
+
+    _ACTIVATIONS = {torch.nn.Tanh: torch.Tensor.tanh_, torch.nn.ReLU: torch.Tensor.relu_}
+
+    def __init__(self, plan: list[tuple[Any, ...]]):
+        self.plan = plan
+
+    @classmethod
+    def build(cls, module: Any) -> DirectMLPForward | None:
+        """The plan for ``module``'s actor encoder and pi head, or None if not that shape."""
+        if (
+            not isinstance(module, DefaultPPOTorchRLModule)
+            or type(module)._forward is not DefaultPPOTorchRLModule._forward
+            or torch.nn.modules.module._global_forward_hooks
+            or torch.nn.modules.module._global_forward_pre_hooks
+            or any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
+        ):
+            return None
+        encoder = getattr(module, "encoder", None)
+        pi = getattr(module, "pi", None)
+        if type(encoder) is not TorchActorCriticEncoder or type(pi) is not TorchMLPHead:
+            return None
+        actor = encoder.encoder if encoder.config.shared else encoder.actor_encoder
+        if type(actor) is not TorchMLPEncoder or pi.clip_log_std:
+            return None
+        plan = cls._layers(actor.net), cls._layers(pi.net)
+        if plan[0] is None or plan[1] is None or not plan[0] or plan[0][0][0] is None:
+            return None  # the first op must be a Linear (activations run in place)
+        return cls(plan[0] + plan[1])
+
+    @classmethod
+    def _layers(cls, net: Any) -> list[tuple[Any, ...]] | None:
+        """``(weight, bias, None)`` per Linear, ``(None, None, act_)`` per activation."""
+        if type(net) is not TorchMLP or type(net).forward is not TorchMLP.forward:
+            return None
+        out: list[tuple[Any, ...]] = []
+        for layer in net.mlp:
+            if type(layer) is torch.nn.Linear:
+                bias = None if layer.bias is None else layer.bias.detach()
+                out.append((layer.weight.detach(), bias, None))
+            elif type(layer) in cls._ACTIVATIONS:
+                out.append((None, None, cls._ACTIVATIONS[type(layer)]))
+            else:
+                return None
+        return out
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The action-distribution inputs for a ``(B, obs_dim)`` batch."""
+        for weight, bias, act in self.plan:
+            if weight is not None:
+                x = F.linear(x, weight, bias)
+            else:
+                act(x)
+        return x
 
 
 def _numpy(value: Any) -> Any:

@@ -18,15 +18,26 @@ import logging
 from typing import Any
 
 from ray.rllib.callbacks.utils import make_callback
+from ray.rllib.core import DEFAULT_AGENT_ID, DEFAULT_MODULE_ID
 from ray.rllib.env.single_agent_env_runner import (
     SingleAgentEnvRunner as RLlibSingleAgentEnvRunner,
 )
-from ray.rllib.utils.metrics import ENV_STEP_TIMER, RLMODULE_INFERENCE_TIMER
+from ray.rllib.utils.metrics import (
+    ENV_STEP_TIMER,
+    EPISODE_DURATION_SEC_MEAN,
+    EPISODE_LEN_MAX,
+    EPISODE_LEN_MEAN,
+    EPISODE_LEN_MIN,
+    EPISODE_RETURN_MAX,
+    EPISODE_RETURN_MEAN,
+    EPISODE_RETURN_MIN,
+    RLMODULE_INFERENCE_TIMER,
+)
 
 from envrunners.env.runner_setup import check_num_envs, close_quietly, make_vector_env
 from envrunners.env.vector.envpool_vector_env import is_envpool_id
 from envrunners.rllib._env_steps import step_with_rllib_failure_handling
-from envrunners.rllib._episodes_to_rllib import to_rllib_episode
+from envrunners.rllib._episodes_to_rllib import RLlibEpisodeList, to_rllib_episode
 from envrunners.rllib._module_acting import (
     DEFAULT_ENV_TO_MODULE,
     DEFAULT_MODULE_TO_ENV,
@@ -41,6 +52,19 @@ from envrunners.sampling.single_agent import SingleAgentSampler
 __all__ = ["SingleAgentEnvRunner"]
 
 logger = logging.getLogger(__name__)
+
+#: What RLlib 2.60's ``_log_episode_metrics`` logs per episode: key, ``EpisodeStats`` field.
+_EPISODE_METRICS = (
+    (EPISODE_LEN_MEAN, "length"),
+    (EPISODE_RETURN_MEAN, "ret"),
+    (EPISODE_DURATION_SEC_MEAN, "duration_s"),
+    (("agent_episode_return_mean", DEFAULT_AGENT_ID), "ret"),
+    (("module_episode_return_mean", DEFAULT_MODULE_ID), "ret"),
+    (EPISODE_LEN_MIN, "length"),
+    (EPISODE_RETURN_MIN, "ret"),
+    (EPISODE_LEN_MAX, "length"),
+    (EPISODE_RETURN_MAX, "ret"),
+)
 
 
 class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
@@ -238,12 +262,33 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
             self.metrics.log_value(RLMODULE_INFERENCE_TIMER, actor.forward_s / actor.forward_calls)
         self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=ts)
         self._increase_sampled_metrics(ts, len(done))
-        return done + ongoing
+        return RLlibEpisodeList(done + ongoing)
 
     # -- metrics -------------------------------------------------------------------
     def get_metrics(self) -> Any:
         """RLlib's metrics; the batched loop's finished episodes logged with RLlib's keys."""
-        for stats in self._finished_stats:
-            self._log_episode_metrics(stats.length, stats.ret, stats.duration_s)
-        self._finished_stats.clear()
+        if self._finished_stats:
+            self._log_finished_episodes(self._finished_stats)
+            self._finished_stats.clear()
         return super().get_metrics()
+
+    def _log_finished_episodes(self, finished: list[Any]) -> None:
+        """``_log_episode_metrics`` per finished episode, its values pushed per key.
+
+        The first episode goes through RLlib's method (creating the stats objects
+        with its reduce and window); the others' values are pushed into those same
+        objects key by key, what RLlib's ``log_value`` calls end in, without their
+        per-call key lookups. A subclass overriding ``_log_episode_metrics`` gets
+        it called per episode.
+        """
+        first = finished[0]
+        self._log_episode_metrics(first.length, first.ret, first.duration_s)
+        rest = finished[1:]
+        if type(self)._log_episode_metrics is not RLlibSingleAgentEnvRunner._log_episode_metrics:
+            for stats in rest:
+                self._log_episode_metrics(stats.length, stats.ret, stats.duration_s)
+            return
+        for key, field in _EPISODE_METRICS:
+            push = self.metrics._get_key(key).push
+            for stats in rest:
+                push(getattr(stats, field))
