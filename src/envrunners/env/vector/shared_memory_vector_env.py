@@ -572,14 +572,19 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             raise RuntimeError("SharedMemoryVectorEnv is closed; create a new one.")
 
     def _command(self, workers: Sequence[int], cmd: int, payloads: Sequence[Any] | None) -> None:
-        """Tell ``workers`` to run ``cmd`` (``payloads[k]`` over worker ``k``'s pipe first)."""
+        """Tell ``workers`` to run ``cmd`` (``payloads[k]`` over worker ``k``'s pipe first).
+
+        A worker found dead while sent a ``_STEP_WITH`` is respawned under
+        ``restart_failed`` (its reset answers for the step, as in ``_acquire``).
+        """
         cmd_arr, go, in_flight = self._cmd, self._go, self._in_flight
         for n, k in enumerate(workers):
             if payloads is not None:
                 try:
                     self._conns[k].send(payloads[n])
                 except (BrokenPipeError, OSError):
-                    self._worker_died(k, "receiving a command", respawn=False)
+                    self._worker_died(k, "receiving a command", respawn=cmd == _STEP_WITH)
+                    continue
             cmd_arr[k] = cmd
             in_flight[k] = True
             go[k].release()
