@@ -224,7 +224,7 @@ def test_a_raising_sub_env_is_an_error_naming_it():
     try:
         env.async_reset(seed=0)
         with pytest.raises(SubEnvError, match="sub-environment 1: raised ValueError") as info:
-            for _ in range(10):
+            for _ in range(10_000):  # until sub-env 1 (failing at its second step) is received
                 ids, obs, *_ = env.recv()
                 env.send([dict.fromkeys(o, 0) for o in obs], ids)
         assert info.value.sub_env_index == 1

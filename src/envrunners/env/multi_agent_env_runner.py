@@ -25,7 +25,7 @@ from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError, NonFiniteEnvDataError
-from envrunners.sampling._overlap_choice import available_cpus, choose_overlap
+from envrunners.sampling._overlap_choice import decide_overlap
 from envrunners.sampling.finite_checks import check_module_outputs, restart_bad_agent_sub_envs
 from envrunners.sampling.multi_agent import MultiAgentSampler, MultiAgentSampleResult
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats
@@ -154,16 +154,8 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
             self._needs_initial_reset = True
             return
         self._overlap_costs = (env_s, fwd_s)
-        overlap = choose_overlap(env_s, fwd_s, num_envs=self.num_envs, num_cpus=available_cpus())
-        logger.debug(
-            "overlap_inference='auto': env step %.1f us, forward %.1f us for %d sub-envs -> %s",
-            env_s * 1e6,
-            fwd_s * 1e6,
-            self.num_envs,
-            "overlap" if overlap else "step together",
-        )
         self._needs_initial_reset = True
-        if overlap:
+        if decide_overlap(env_s, fwd_s, self.num_envs):
             self._ready_batch = self.num_envs // 2
             self.make_env()
 

@@ -31,7 +31,7 @@ from envrunners.env._sampling_connectors import SamplingConnectors
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import ConfigError, NonFiniteEnvDataError
-from envrunners.sampling._overlap_choice import available_cpus, choose_overlap
+from envrunners.sampling._overlap_choice import decide_overlap
 from envrunners.sampling.finite_checks import (
     ObsRewardCheck,
     all_finite_fast,
@@ -143,16 +143,8 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         with runner_setup.torch_threads(config, self.worker_index):
             env_s, fwd_s = runner_setup.time_step_and_forward(self.env, forward)
         self._overlap_costs = (env_s, fwd_s)
-        overlap = choose_overlap(env_s, fwd_s, num_envs=self.num_envs, num_cpus=available_cpus())
-        logger.debug(
-            "overlap_inference='auto': env step %.1f us, forward %.1f us for %d sub-envs -> %s",
-            env_s * 1e6,
-            fwd_s * 1e6,
-            self.num_envs,
-            "overlap" if overlap else "step together",
-        )
         self._needs_initial_reset = True
-        if overlap:
+        if decide_overlap(env_s, fwd_s, self.num_envs):
             self._ready_batch = self.num_envs // 2
             self.make_env()
 

@@ -328,35 +328,16 @@ class MultiAgentSampler:
                 res.num_dropped_episodes += self._start_over()
                 env_ts = agent_ts = 0
                 continue
-            obs_l, rew_l, term_l, trunc_l, info_l = results
-            if self.failed_fn is not None:
-                failed = self.failed_fn()
-                if failed is not None and any(failed):
-                    # Dropped steps do not count toward the target (the batch keeps its size).
-                    lost_env, lost_agent = self._restart_episodes(failed, res)
-                    env_ts -= lost_env
-                    agent_ts -= lost_agent
-            if finite is not None and not finite.ok(obs_l, rew_l):
-                results = self._non_finite(finite, results, res)
-                if results is None:  # the whole vector env was recreated: start afresh
-                    env_ts = agent_ts = 0
-                    continue
-                obs_l, rew_l, term_l, trunc_l, info_l = results[:5]
-                env_ts -= results[5]
-                agent_ts -= results[6]
-            if self.obs_fns:
-                obs_l = self._transform_obs(obs_l)
-            d_env, d_agent = self._ingest(
-                obs_l,
-                rew_l,
-                term_l,
-                trunc_l,
-                info_l,
-                actions,
-                extras,
-                res,
-                target if episode_mode else None,
-            )
+            vetted = self._vet(results, res, finite)
+            if vetted is None:  # the whole vector env was recreated: start afresh
+                env_ts = agent_ts = 0
+                continue
+            lists, lost_env, lost_agent = vetted
+            # Dropped steps do not count toward the target (the batch keeps its size).
+            env_ts -= lost_env
+            agent_ts -= lost_agent
+            goal = target if episode_mode else None
+            d_env, d_agent = self._ingest(*lists, actions, extras, res, goal)
             env_ts += d_env
             agent_ts += d_agent
         return env_ts, agent_ts
@@ -402,37 +383,16 @@ class MultiAgentSampler:
                 continue
             ids = [int(i) for i in results[0]]
             # Per sub-env lists (empty dicts for the sub-envs still stepping).
-            obs_l, rew_l, term_l, trunc_l, info_l = (_scatter(col, ids, n) for col in results[1:])
-            if self.failed_fn is not None:
-                failed = self.failed_fn()
-                if failed is not None and any(failed):
-                    lost_env, lost_agent = self._restart_episodes(failed, res)
-                    env_ts -= lost_env
-                    agent_ts -= lost_agent
-            if finite is not None and not finite.ok(obs_l, rew_l):
-                checked = self._non_finite(finite, (obs_l, rew_l, term_l, trunc_l, info_l), res)
-                if checked is None:  # the whole vector env was recreated: start afresh
-                    env_ts = agent_ts = 0
-                    continue
-                obs_l, rew_l, term_l, trunc_l, info_l = checked[:5]
-                env_ts -= checked[5]
-                agent_ts -= checked[6]
-            if self.obs_fns:
-                obs_l = self._transform_obs(obs_l)
+            vetted = self._vet(tuple(_scatter(col, ids, n) for col in results[1:]), res, finite)
+            if vetted is None:  # the whole vector env was recreated: start afresh
+                env_ts = agent_ts = 0
+                continue
+            lists, lost_env, lost_agent = vetted
+            env_ts -= lost_env
+            agent_ts -= lost_agent
             actions, extras = self._inflight_actions, self._inflight_extras
-            d_env, d_agent = self._ingest(
-                obs_l,
-                rew_l,
-                term_l,
-                trunc_l,
-                info_l,
-                actions,
-                extras,
-                res,
-                target if episode_mode else None,
-                ids,
-                carried,
-            )
+            goal = target if episode_mode else None
+            d_env, d_agent = self._ingest(*lists, actions, extras, res, goal, ids, carried)
             env_ts += d_env
             agent_ts += d_agent
             if episode_mode and len(res.done) >= target:
@@ -521,6 +481,33 @@ class MultiAgentSampler:
                 for aid, a in actions[i].items():
                     env_actions[i].setdefault(aid, a)
         return env_actions
+
+    def _vet(
+        self, results: tuple, res: MultiAgentSampleResult, finite: AgentObsRewardCheck | None
+    ) -> tuple | None:
+        """A step's five per-sub-env lists, ready to record: episodes of recreated sub-envs
+        dropped, non-finite data handled, observations transformed for the modules.
+
+        Returns ``(the five lists, env steps, agent steps)``, the steps being those of
+        this call dropped with those episodes, or None after the whole vector env was
+        recreated (and reset).
+        """
+        obs_l, rew_l, term_l, trunc_l, info_l = results
+        lost_env = lost_agent = 0
+        if self.failed_fn is not None:
+            failed = self.failed_fn()
+            if failed is not None and any(failed):
+                lost_env, lost_agent = self._restart_episodes(failed, res)
+        if finite is not None and not finite.ok(obs_l, rew_l):
+            checked = self._non_finite(finite, results, res)
+            if checked is None:
+                return None
+            obs_l, rew_l, term_l, trunc_l, info_l = checked[:5]
+            lost_env += checked[5]
+            lost_agent += checked[6]
+        if self.obs_fns:
+            obs_l = self._transform_obs(obs_l)
+        return (obs_l, rew_l, term_l, trunc_l, info_l), lost_env, lost_agent
 
     # -- non-finite data ----------------------------------------------------------
     def _finite_check(self) -> AgentObsRewardCheck:
