@@ -35,7 +35,13 @@ from envrunners.env.vector.shared_memory_vector_env import _PARENT_POLL_S
 from envrunners.env.vector.shared_memory_vector_multi_agent_env import (
     SharedMemoryVectorMultiAgentEnv,
 )
-from envrunners.errors import ConfigError, EnvRunnerError, SubEnvError, VectorEnvWorkerDiedError
+from envrunners.errors import (
+    ConfigError,
+    EnvRunnerError,
+    NonFiniteEnvDataError,
+    SubEnvError,
+    VectorEnvWorkerDiedError,
+)
 from envrunners.sampling.multi_agent import MultiAgentSampler
 
 MultiAgentCartPole = make_multi_agent("CartPole-v1")
@@ -392,6 +398,46 @@ def test_runner_goes_on_after_a_worker_is_killed():
     finally:
         runner.stop()
     assert not mp.active_children()
+
+
+class NanOnceCartPole(MultiAgentCartPole):
+    """Sub-env 1's agent 0 observes NaN at its 5th step, once per ``marker`` file."""
+
+    def __init__(self, config):
+        super().__init__({"num_agents": 2})
+        self.marker, self.index, self.t = config["marker"], config.vector_index, 0
+
+    def step(self, actions):
+        obs, *rest = super().step(actions)
+        self.t += 1
+        if self.index == 1 and self.t == 5 and 0 in obs and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            obs[0] = np.full_like(obs[0], np.nan)
+        return (obs, *rest)
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_non_finite_observations_name_the_sub_env_or_recreate_the_env(tmp_path, restart):
+    runner = ma_runner(
+        env=NanOnceCartPole,
+        env_config={"marker": str(tmp_path / "nan")},
+        ready_first_batch_size=2,
+        restart=restart,
+    )
+    try:
+        if not restart:
+            with pytest.raises(NonFiniteEnvDataError, match="sub-env(ironment)? 1") as info:
+                runner.sample(num_timesteps=100)
+            assert info.value.sub_env_index == 1 and info.value.column == "obs[0]"
+            return
+        assert sum(len(e) for e in runner.sample(num_timesteps=100)) >= 100
+        assert (tmp_path / "nan").exists()  # it happened: the env was recreated whole
+        assert runner.get_metrics()["num_env_step_failures"] == 1
+        for e in runner.sample(num_timesteps=50):
+            for sa in e.agent_episodes.values():
+                assert np.isfinite(np.asarray(sa.get_observations())).all()
+    finally:
+        runner.stop()
 
 
 def test_runner_without_restarts_names_the_raising_sub_env():
