@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act
@@ -26,6 +27,9 @@ from envrunners.env.vector import (
     SyncVectorMultiAgentEnv,
     VectorMultiAgentEnv,
 )
+from envrunners.env.vector.shared_memory_vector_multi_agent_env import (
+    SharedMemoryVectorMultiAgentEnv,
+)
 from envrunners.errors import (
     ConfigError,
     EnvCreatorError,
@@ -33,6 +37,8 @@ from envrunners.errors import (
     UnknownPolicyError,
     suggest,
 )
+from envrunners.sampling._agent_batching import stack
+from envrunners.sampling._agent_states import ModuleStates
 
 __all__ = [
     "CheckedMappingFn",
@@ -44,6 +50,7 @@ __all__ = [
     "fast_acting",
     "make_vector_env",
     "module_spaces",
+    "timing_forward",
 ]
 
 logger = logging.getLogger("envrunners")
@@ -97,29 +104,47 @@ def _env_fn(env_desc: Any, ctx: EnvContext) -> Callable[[], Any]:
 
 
 def make_vector_env(
-    config: Any, worker_index: int | None, num_workers: int | None
+    config: Any,
+    worker_index: int | None,
+    num_workers: int | None,
+    *,
+    batch_size: int | None = None,
 ) -> tuple[VectorMultiAgentEnv, EnvContext]:
-    """The runner's vector env: sync by default, worker processes for ``"async"``.
+    """The runner's vector env: sync by default, worker processes for ``"async"`` and
+    ``"shared_memory"``.
 
     ``gym_env_vectorize_mode="async"`` or ``remote_worker_envs=True`` selects
     ``AsyncVectorMultiAgentEnv`` (each answer waited for at most
-    ``sample_timeout_s``). With ``restart_failed_sub_environments`` a sub-env whose
-    ``step`` raises is recreated on its own; the others go on.
+    ``sample_timeout_s``); ``"shared_memory"`` selects
+    ``SharedMemoryVectorMultiAgentEnv`` (sub-envs shared out over one worker per core),
+    asynchronous (stepped ready-first) for a ready-first batch below ``num_envs``:
+    ``batch_size`` (the runner's ``overlap_inference="auto"`` choice), else the
+    config's ``ready_first_batch_size`` / ``overlap_inference=True``. With
+    ``restart_failed_sub_environments`` a sub-env whose ``step`` raises is recreated
+    on its own; the others go on.
 
     Raises:
-        ConfigError: ``gym_env_vectorize_mode="vector_entry_point"`` (not for multi-agent).
+        ConfigError: A mode other than ``sync``/``async``/``shared_memory``, or a
+            ready-first batch the mode cannot step (``runner_setup.ready_first_batch_size``).
     """
     ctx = runner_setup.make_env_context(config, worker_index, num_workers)
     n = int(config.num_envs_per_env_runner)
     mode = str(getattr(config.gym_env_vectorize_mode, "value", config.gym_env_vectorize_mode))
     mode = mode.lower()
-    if mode not in ("sync", "async"):
+    if mode not in ("sync", "async", "shared_memory"):
         raise ConfigError(
             f"gym_env_vectorize_mode={config.gym_env_vectorize_mode!r} is not supported for "
-            "multi-agent envs; use 'sync' (default) or 'async' (sub-envs in worker processes)."
+            "multi-agent envs; use 'sync' (default), 'async' (one worker process per "
+            "sub-env) or 'shared_memory' (sub-envs shared out over worker processes, "
+            "stepped ready-first with ready_first_batch_size / overlap_inference)."
         )
+    if batch_size is None:
+        batch_size = runner_setup.ready_first_batch_size(config, n, ctx)
     fns = [_env_fn(config.env, ctx.copy_with_overrides(vector_index=i)) for i in range(n)]
     restart = bool(config.restart_failed_sub_environments)
+    if mode == "shared_memory":
+        env = SharedMemoryVectorMultiAgentEnv(fns, batch_size=batch_size, restart_failed=restart)
+        return env, ctx
     if mode == "async" or config.remote_worker_envs:
         # A sub-env that does not answer within sample_timeout_s is reported, not waited on.
         timeout = getattr(config, "sample_timeout_s", None)
@@ -294,3 +319,34 @@ def act_with_module(
     if state_out is not None:
         out[Columns.STATE_OUT] = state_out
     return out
+
+
+def timing_forward(multi_module: Any, mapping_fn: Callable[..., Any]) -> Callable[[list], None]:
+    """``forward(obs per sub-env)``: one forward per module for every agent's raw
+    observation, as a vector step's inference costs (``overlap_inference="auto"``).
+
+    Agents go to ``mapping_fn(agent_id, None)``'s module; a stateful module gets
+    initial-state rows.
+    """
+    modules = dict(multi_module.items())
+    states = {mid: ModuleStates(m) for mid, m in modules.items() if m.is_stateful()}
+    fast = {mid: fast_acting(m) for mid, m in modules.items()}
+
+    def forward(obs_l: list[dict]) -> None:
+        groups: dict[Any, list] = {}
+        for obs_i in obs_l:
+            for aid, o in obs_i.items():
+                groups.setdefault(mapping_fn(aid, None), []).append(o)
+        for mid, items in groups.items():
+            batch = stack(items)
+            if fast[mid] is not None:
+                fast[mid](batch, explore=True)
+                continue
+            state = inputs = None
+            store = states.get(mid)
+            if store is not None:
+                store.clear()
+                state, inputs = store.gather(np.array([store.acquire() for _ in items]))
+            act_with_module(modules[mid], batch, True, 0, state, inputs)
+
+    return forward

@@ -223,6 +223,38 @@ class EnvRunner(FaultAwareApply, metaclass=abc.ABCMeta):
         self.make_env()
         return ENV_STEP_FAILURE
 
+    def _recv_env(self) -> Any:
+        """``env.recv()`` (ready-first); ``ENV_STEP_FAILURE`` after recreating a failed env."""
+        start = time.perf_counter()
+        try:
+            results = self.env.recv()
+        except Exception as err:
+            return self._async_env_failed(err, "recv")
+        self._env_step_time += time.perf_counter() - start
+        return results
+
+    def _send_env(self, actions: Any, env_ids: Any) -> Any:
+        """``env.send(actions, env_ids)``; ``ENV_STEP_FAILURE`` after recreating a failed env."""
+        start = time.perf_counter()
+        try:
+            self.env.send(actions, env_ids)
+        except Exception as err:
+            return self._async_env_failed(err, "send")
+        self._env_step_time += time.perf_counter() - start
+        return None
+
+    def _async_env_failed(self, err: Exception, call: str) -> Any:
+        """A failed ``recv``/``send``: recreate the env (if allowed), as ``_try_env_step`` does."""
+        if self.config.restart_failed_sub_environments:
+            return self._recreate_env_after(err)
+        self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
+        logger.exception("The environment raised %r in %s().", err, call)
+        raise EnvRunnerError(
+            f"the environment raised {err!r} in {call}(). Set config.fault_tolerance("
+            "restart_failed_sub_environments=True) to recreate failing envs and go on.",
+            runner_index=self.worker_index,
+        ) from err
+
     def _log_env_timers(self, num_steps: int) -> None:
         """Log the env reset/step time accumulated since the last call (per step)."""
         if num_steps:

@@ -1,7 +1,7 @@
 """``MultiAgentEnvRunner``: RLlib's new-stack multi-agent runner on the shared sampling core.
 
-It builds a vectorised ``MultiAgentEnv`` (sync, or async with sub-envs in worker
-processes) and a ``MultiRLModule`` with one module per policy id, and
+It builds a vectorised ``MultiAgentEnv`` (sync, or sub-envs in worker processes,
+stepped ready-first with ``ready_first_batch_size`` / ``overlap_inference``) and a ``MultiRLModule`` with one module per policy id, and
 ``sample()`` returns ``MultiAgentEpisode`` lists with RLlib's semantics: agents
 that act at different times, actions held until an agent's next observation,
 ``count_steps_by`` env or agent steps, chunks that continue across calls. Any
@@ -12,6 +12,8 @@ with per-agent state); the loop itself (one forward per module per step) is
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from typing import Any
 
@@ -23,12 +25,15 @@ from envrunners.env import runner_setup
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError, NonFiniteEnvDataError
+from envrunners.sampling._overlap_choice import decide_overlap
 from envrunners.sampling.finite_checks import check_module_outputs, restart_bad_agent_sub_envs
 from envrunners.sampling.multi_agent import MultiAgentSampler, MultiAgentSampleResult
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats
 from envrunners.utils import metrics as M
 
 __all__ = ["MultiAgentEnvRunner"]
+
+logger = logging.getLogger("envrunners")
 
 _EPISODE_EVENTS = ("on_episode_created", "on_episode_start", "on_episode_step", "on_episode_end")
 
@@ -65,6 +70,10 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         self._module_spaces: dict[str, tuple[gym.Space, gym.Space]] = {}
         self._env_to_module: dict[str, ConnectorPipelineV2] = {}
         self._module_to_env: dict[str, ConnectorPipelineV2] = {}
+        #: The ready-first batch ``overlap_inference="auto"`` chose (None: the config's).
+        self._ready_batch: int | None = None
+        #: ``(env step s, forward s)`` that ``overlap_inference="auto"`` measured, if it did.
+        self._overlap_costs: tuple[float, float] | None = None
         if runner_setup.should_create_env(self.config, self.worker_index):
             self.make_env()
         else:
@@ -73,11 +82,12 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
             }
             self._build_connectors()
         self.make_module()
+        self._choose_overlap()
 
     # -- construction --------------------------------------------------------------
     def make_env(self) -> None:
         """(Re)create the vector env, its per-module connectors and the sampler."""
-        self._replace_env(setup.make_vector_env)
+        self._replace_env(functools.partial(setup.make_vector_env, batch_size=self._ready_batch))
         self._module_spaces = setup.module_spaces(
             self.config,
             self.env.single_observation_spaces,
@@ -105,11 +115,49 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
                 step_fn=self._try_env_step,
                 fire=self._fire_episode,
                 failed_fn=lambda: getattr(self.env, "failed", None),
+                recv_fn=self._recv_env,
+                send_fn=self._send_env,
+                async_reset_fn=self._async_reset_vector_env,
                 **kwargs,
             )
             self._sampler.check_finite = True
             self._sampler.on_non_finite = self._on_non_finite
         self._env_created()
+
+    def _choose_overlap(self) -> None:
+        """``overlap_inference="auto"``: time a few env steps and forwards, then decide.
+
+        Only for a backend that can step asynchronously (``"shared_memory"``), with a
+        module and no ready-first batch set by the config; overlapping rebuilds the env
+        with half the sub-envs per ready-first batch (``on_environment_created`` fires
+        again for it). A forward that fails here (e.g. a ``policy_mapping_fn`` that needs
+        a real episode) leaves the sub-envs stepping together.
+        """
+        config = self.config
+        if self.env is None or self.module is None or self._ready_batch is not None:
+            return
+        if not runner_setup.auto_overlap_applies(config, self._env_context, self.num_envs):
+            return
+        spaces = self.env.single_action_spaces
+
+        def random_actions(obs_l: list[dict]) -> list[dict]:
+            return [{aid: spaces[aid].sample() for aid in obs_i} for obs_i in obs_l]
+
+        forward = setup.timing_forward(self.module, self._mapping_fn)
+        try:
+            with runner_setup.torch_threads(config, self.worker_index):
+                env_s, fwd_s = runner_setup.time_step_and_forward(
+                    self.env, forward, random_actions=random_actions
+                )
+        except Exception as err:  # noqa: BLE001 - the choice is an optimisation only
+            logger.debug("overlap_inference='auto': timing failed (%r): step together", err)
+            self._needs_initial_reset = True
+            return
+        self._overlap_costs = (env_s, fwd_s)
+        self._needs_initial_reset = True
+        if decide_overlap(env_s, fwd_s, self.num_envs):
+            self._ready_batch = self.num_envs // 2
+            self.make_env()
 
     def _build_connectors(self) -> None:
         self._env_to_module, self._module_to_env = {}, {}
@@ -194,6 +242,13 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
             setup.check_reset_observations(self.env, obs)
         return obs, infos
 
+    def _async_reset_vector_env(self) -> None:
+        """Reset an asynchronous env without waiting (seeded on the first reset)."""
+        start = time.perf_counter()
+        runner_setup.async_reset(self.env, self._seed if self._needs_initial_reset else None)
+        self._env_reset_time += time.perf_counter() - start
+        self._needs_initial_reset = False
+
     def _act(
         self,
         module_id: str,
@@ -232,7 +287,8 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         if not self.config.restart_failed_sub_environments:
             raise errors[0]
         restart = getattr(self.env, "restart_sub_env", None)
-        if restart is None:
+        if restart is None or getattr(self.env, "is_async", False):
+            # A ready-first env has other sub-envs' actions in flight: recreate it whole.
             self._recreate_env_after(errors[0])
             return None
         return restart_bad_agent_sub_envs(restart, errors, results)
@@ -263,7 +319,11 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
             sampler = self._sampler
             reset = force_reset or num_episodes is not None or self._needs_initial_reset
             if reset or not sampler.started:
-                sampler.start()
+                if getattr(self.env, "is_async", False):  # reset obs come with recv()
+                    self._async_reset_vector_env()
+                    sampler.start_async()
+                else:
+                    sampler.start()
             if num_episodes is not None:
                 self._needs_initial_reset = True
             self._modules = modules = dict(self.module.items()) if self.module is not None else {}

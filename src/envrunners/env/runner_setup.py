@@ -255,7 +255,10 @@ def auto_overlap_applies(config: Any, env_config: Any, num_envs: int) -> bool:
 
 
 def time_step_and_forward(
-    env: Any, act_fn: Callable[[Any], Any], steps: int = 8
+    env: Any,
+    act_fn: Callable[[Any], Any],
+    steps: int = 8,
+    random_actions: Callable[[Any], Any] | None = None,
 ) -> tuple[float, float]:
     """Seconds per synchronous step of all sub-envs and per forward for all of them.
 
@@ -263,13 +266,14 @@ def time_step_and_forward(
     step and forward, then the fastest of ``steps`` timed random-action steps and of
     ``steps`` forwards (``act_fn(raw_obs)``) on the observations they returned. The
     fastest, not the mean: on a loaded machine single steps wait milliseconds for a
-    core, which says nothing about what the env costs.
+    core, which says nothing about what the env costs. ``random_actions(raw_obs)``:
+    the actions for those observations (default: a sample of ``env.action_space``).
     """
-    actions = [env.action_space.sample() for _ in range(steps + 1)]
     obs, _ = env.reset()
     act_fn(obs)
     env_s, fwd_s = [], []
-    for a in actions:
+    for _ in range(steps + 1):
+        a = env.action_space.sample() if random_actions is None else random_actions(obs)
         start = time.perf_counter()
         obs = env.step(a)[0]
         env_s.append(time.perf_counter() - start)

@@ -30,8 +30,8 @@ from envrunners.env import runner_setup
 from envrunners.env._sampling_connectors import SamplingConnectors
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
-from envrunners.errors import ConfigError, EnvRunnerError, NonFiniteEnvDataError
-from envrunners.sampling._overlap_choice import available_cpus, choose_overlap
+from envrunners.errors import ConfigError, NonFiniteEnvDataError
+from envrunners.sampling._overlap_choice import decide_overlap
 from envrunners.sampling.finite_checks import (
     ObsRewardCheck,
     all_finite_fast,
@@ -40,7 +40,6 @@ from envrunners.sampling.finite_checks import (
 )
 from envrunners.sampling.sample_result import EpisodeStats
 from envrunners.sampling.single_agent import SingleAgentSampler, SingleAgentSampleResult
-from envrunners.utils.metrics import NUM_ENV_STEP_FAILURES_LIFETIME
 
 __all__ = ["SingleAgentEnvRunner"]
 
@@ -159,16 +158,8 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         with runner_setup.torch_threads(config, self.worker_index):
             env_s, fwd_s = runner_setup.time_step_and_forward(self.env, forward)
         self._overlap_costs = (env_s, fwd_s)
-        overlap = choose_overlap(env_s, fwd_s, num_envs=self.num_envs, num_cpus=available_cpus())
-        logger.debug(
-            "overlap_inference='auto': env step %.1f us, forward %.1f us for %d sub-envs -> %s",
-            env_s * 1e6,
-            fwd_s * 1e6,
-            self.num_envs,
-            "overlap" if overlap else "step together",
-        )
         self._needs_initial_reset = True
-        if overlap:
+        if decide_overlap(env_s, fwd_s, self.num_envs):
             self._ready_batch = self.num_envs // 2
             self._build_env()
 
@@ -244,38 +235,6 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
             # A sub-env of a ready-first batch has actions in flight: recreate them all.
             return self._recreate_env_after(errors[0])
         return restart_bad_sub_envs(restart, errors, results)
-
-    def _recv_env(self) -> Any:
-        """``env.recv()`` (ready-first); ``ENV_STEP_FAILURE`` after recreating a failed env."""
-        start = time.perf_counter()
-        try:
-            results = self.env.recv()
-        except Exception as err:
-            return self._async_env_failed(err, "recv")
-        self._env_step_time += time.perf_counter() - start
-        return results
-
-    def _send_env(self, actions: Any, env_ids: Any) -> Any:
-        """``env.send(actions, env_ids)``; ``ENV_STEP_FAILURE`` after recreating a failed env."""
-        start = time.perf_counter()
-        try:
-            self.env.send(actions, env_ids)
-        except Exception as err:
-            return self._async_env_failed(err, "send")
-        self._env_step_time += time.perf_counter() - start
-        return None
-
-    def _async_env_failed(self, err: Exception, call: str) -> Any:
-        """A failed ``recv``/``send``: recreate the env (if allowed), as ``_try_env_step`` does."""
-        if self.config.restart_failed_sub_environments:
-            return self._recreate_env_after(err)
-        self.metrics.log_value(NUM_ENV_STEP_FAILURES_LIFETIME, 1, reduce="lifetime_sum")
-        logger.exception("The environment raised %r in %s().", err, call)
-        raise EnvRunnerError(
-            f"the environment raised {err!r} in {call}(). Set config.fault_tolerance("
-            "restart_failed_sub_environments=True) to recreate failing envs and go on.",
-            runner_index=self.worker_index,
-        ) from err
 
     def _act(self, obs: Any, explore: bool, t: int) -> tuple[Any, dict]:
         """One forward of a stateless module for all sub-envs (the sampler's ``ActFn``)."""

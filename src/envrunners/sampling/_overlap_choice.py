@@ -12,10 +12,13 @@ decides, so the rule is tested without timing anything.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 
-__all__ = ["MIN_COST_S", "MIN_RATIO", "available_cpus", "choose_overlap"]
+__all__ = ["MIN_COST_S", "MIN_RATIO", "available_cpus", "choose_overlap", "decide_overlap"]
+
+logger = logging.getLogger("envrunners")
 
 #: The cheaper of the two costs must be at least this share of the dearer one. Measured
 #: on 2 cores (benchmarks/peers, 2026-11-26): overlap won for Pong x 8 on EnvPool at a
@@ -44,6 +47,19 @@ def choose_overlap(env_step_s: float, forward_s: float, *, num_envs: int, num_cp
         return False
     cheap, dear = sorted((env_step_s, forward_s))
     return cheap >= MIN_COST_S and cheap / dear >= MIN_RATIO
+
+
+def decide_overlap(env_step_s: float, forward_s: float, num_envs: int) -> bool:
+    """``choose_overlap`` on the CPUs this process may run on, logged (at debug level)."""
+    overlap = choose_overlap(env_step_s, forward_s, num_envs=num_envs, num_cpus=available_cpus())
+    logger.debug(
+        "overlap_inference='auto': env step %.1f us, forward %.1f us for %d sub-envs -> %s",
+        env_step_s * 1e6,
+        forward_s * 1e6,
+        num_envs,
+        "overlap" if overlap else "step together",
+    )
+    return overlap
 
 
 def available_cpus() -> int:

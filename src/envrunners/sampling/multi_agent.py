@@ -80,6 +80,12 @@ class MultiAgentSampler:
         events: The episode callback events somebody listens to.
         failed_fn: ``failed_fn()`` -> per sub-env, whether the vector env recreated
             it in the last step (its partial episode is then dropped), or None.
+        recv_fn: For an asynchronous vector env (``start_async``): ``recv_fn()`` ->
+            ``(env_ids, obs, rewards, terminateds, truncateds, infos)`` of the ready
+            sub-envs (per-agent dicts), or ``ENV_STEP_FAILURE`` after it recreated the env.
+        send_fn: ``send_fn(action dicts, env_ids)`` -> None, or ``ENV_STEP_FAILURE``.
+        async_reset_fn: ``async_reset_fn()`` resets an asynchronous vector env without
+            waiting (its reset observations come with the next ``recv_fn`` calls).
     """
 
     def __init__(
@@ -97,6 +103,9 @@ class MultiAgentSampler:
         fire: Callable[..., None] | None = None,
         events: frozenset[str] = frozenset(),
         failed_fn: Callable[[], Any] | None = None,
+        recv_fn: Callable[[], Any] | None = None,
+        send_fn: Callable[[list, Any], Any] | None = None,
+        async_reset_fn: Callable[[], None] | None = None,
     ):
         self.num_envs = num_envs
         self.new_episode = new_episode
@@ -110,6 +119,14 @@ class MultiAgentSampler:
         self.fire = fire
         self.events = events if fire is not None else frozenset()
         self.failed_fn = failed_fn
+        self.recv_fn = recv_fn
+        self.send_fn = send_fn
+        self.async_reset_fn = async_reset_fn
+        #: Whether ``start_async()`` began the episodes: ``run()`` steps ready-first.
+        self.ready_first = False
+        #: Ready-first: per sub-env, the (module-side) actions and extra outputs in flight.
+        self._inflight_actions: list[dict] = [{} for _ in range(num_envs)]
+        self._inflight_extras: list[dict] = [{} for _ in range(num_envs)]
         self.weights_seq_no = 0
         self.episodes: list[MultiAgentEpisode] = []
         self._pending: list[bool] = []
@@ -162,8 +179,31 @@ class MultiAgentSampler:
 
     def start(self) -> int:
         """Reset every sub-env and begin fresh episodes; returns how many in-progress ones ended."""
+        dropped = self._begin_episodes(ready_first=False)
+        obs, infos = self.reset_fn()
+        if self.obs_fns:
+            obs = self._transform_obs(obs)
+        self._ingest(obs, None, None, None, infos, None, None, SampleResult(), None)
+        self.started = True
+        return dropped
+
+    def start_async(self) -> int:
+        """Begin fresh episodes on an asynchronous vector env just ``async_reset``.
+
+        No observation is in hand: each sub-env's reset observations come with its
+        first ``recv_fn()``, and ``run()`` steps ready-first from then on. Returns how
+        many in-progress episodes ended.
+        """
+        dropped = self._begin_episodes(ready_first=True)
+        self._to_module = {}
+        self._state_slots = {}
+        self.started = True
+        return dropped
+
+    def _begin_episodes(self, ready_first: bool) -> int:
         dropped = sum(1 for p, e in zip(self._pending, self.episodes) if not p and e.env_t > 0)
         self.started = False
+        self.ready_first = ready_first
         self._totals.clear()
         self._prev_chunks.clear()
         n = self.num_envs
@@ -175,12 +215,16 @@ class MultiAgentSampler:
         self._start_times = [time.time()] * n
         self.episodes = [self.new_episode(i) for i in range(n)]
         self._pending = [True] * n
-        obs, infos = self.reset_fn()
-        if self.obs_fns:
-            obs = self._transform_obs(obs)
-        self._ingest(obs, None, None, None, infos, None, None, SampleResult(), None)
-        self.started = True
+        self._inflight_actions = [{} for _ in range(n)]
+        self._inflight_extras = [{} for _ in range(n)]
         return dropped
+
+    def _start_over(self) -> int:
+        """After the whole vector env was recreated: reset it and begin fresh episodes."""
+        if self.ready_first:
+            self.async_reset_fn()
+            return self.start_async()
+        return self.start()
 
     def _module_of(self, i: int, episode: MultiAgentEpisode, aid: Any) -> Any:
         if aid not in self.observation_spaces:
@@ -242,13 +286,14 @@ class MultiAgentSampler:
         target = int(num_episodes if episode_mode else num_timesteps or 0)
         self._tapes = {} if defer_extras and act_fn is not None and not self.events else None
         self._tape_rows = [{} for _ in range(n)]
+        loop = self._loop_ready_first if self.ready_first else self._loop
         with paused_gc() as gc_backstop:  # see envrunners.utils.gc_pause
-            env_ts, agent_ts = self._loop(
+            env_ts, agent_ts = loop(
                 res, act_fn, explore, target, episode_mode, count_agent_steps, t_offset, gc_backstop
             )
             res.env_steps, res.agent_steps = env_ts, agent_ts
-            if self._tapes is not None:
-                self._stop_deferring(None)
+            if self._tapes is not None:  # (ready-first: the actions in flight keep their outputs)
+                self._stop_deferring(self._inflight_extras if self.ready_first else None)
             if not episode_mode:
                 self._cut_ongoing(res)
         return res
@@ -266,10 +311,7 @@ class MultiAgentSampler:
     ) -> tuple[int, int]:
         """The vector-step loop of ``run``; returns the env and agent steps taken."""
         n = self.num_envs
-        seq = self.weights_seq_no
         env_ts = agent_ts = 0
-        action_fns = self.action_fns
-        tapes = self._tapes
         finite = self._finite_check() if self.check_finite else None
         while (
             (len(res.done) < target)
@@ -279,97 +321,193 @@ class MultiAgentSampler:
             gc_backstop()
             actions: list[dict] = [{} for _ in range(n)]
             extras: list[dict] = [{} for _ in range(n)]
-            env_actions = actions
-            if act_fn is None:
-                spaces = self.action_spaces
-                for _, idx in self._to_module.values():
-                    for i, aid in idx:
-                        actions[i][aid] = spaces[aid].sample()
-            else:
-                state_slots = self._state_slots
-                for mid, (batch, idx) in self._to_module.items():
-                    slots = state_slots.get(mid) if state_slots else None
-                    if slots is None:
-                        out = act_fn(mid, batch, explore, t_offset + env_ts)
-                    else:  # one forward for the agents that act; the others keep their rows
-                        store = self._states[mid]
-                        state, inputs = store.gather(slots)
-                        out = act_fn(mid, batch, explore, t_offset + env_ts, state, inputs)
-                        store.after_act(slots, out[Columns.STATE_OUT], out["actions"])
-                    acts = out.pop("actions")
-                    a_rows = action_rows(acts)
-                    fn = action_fns.get(mid)
-                    if fn is not None:
-                        if env_actions is actions:
-                            env_actions = [{} for _ in range(n)]
-                        e_rows = rows(fn(acts))
-                        for k, (i, aid) in enumerate(idx):
-                            env_actions[i][aid] = e_rows[k]
-                    n_rows = len(idx)
-                    if tapes is not None:
-                        tape = tapes.get(mid)
-                        if tape is None:
-                            tape = ExtrasTape.create(out, n_rows)
-                            if tape is not None:
-                                tapes[mid] = tape
-                        g = None if tape is None else tape.try_write(out, n_rows)
-                        if g is not None:
-                            for (i, aid), a in zip(idx, a_rows):
-                                actions[i][aid] = a
-                                extras[i][aid] = g
-                                g += 1
-                            continue
-                        self._stop_deferring(extras)
-                        tapes = None
-                    keys = (*out, SEQ_KEY)
-                    cols = [rows(v) for v in out.values()]
-                    cols.append([seq] * n_rows)
-                    # (keys, values) pairs, not dicts: see MultiAgentEpisode.try_add_plain_env_step
-                    for (i, aid), a, ex in zip(idx, a_rows, zip(repeat(keys), zip(*cols))):
-                        actions[i][aid] = a
-                        extras[i][aid] = ex
-                if env_actions is not actions:  # modules without a transform act as is
-                    for i in range(n):
-                        for aid, a in actions[i].items():
-                            env_actions[i].setdefault(aid, a)
+            env_actions = self._act_all(act_fn, explore, t_offset + env_ts, actions, extras, None)
             results = self.step_fn(env_actions)
             if results is ENV_STEP_FAILURE:
                 res.num_env_failures += 1
-                res.num_dropped_episodes += self.start()
+                res.num_dropped_episodes += self._start_over()
                 env_ts = agent_ts = 0
                 continue
-            obs_l, rew_l, term_l, trunc_l, info_l = results
-            if self.failed_fn is not None:
-                failed = self.failed_fn()
-                if failed is not None and any(failed):
-                    # Dropped steps do not count toward the target (the batch keeps its size).
-                    lost_env, lost_agent = self._restart_episodes(failed, res)
-                    env_ts -= lost_env
-                    agent_ts -= lost_agent
-            if finite is not None and not finite.ok(obs_l, rew_l):
-                results = self._non_finite(finite, results, res)
-                if results is None:  # the whole vector env was recreated: start afresh
-                    env_ts = agent_ts = 0
-                    continue
-                obs_l, rew_l, term_l, trunc_l, info_l = results[:5]
-                env_ts -= results[5]
-                agent_ts -= results[6]
-            if self.obs_fns:
-                obs_l = self._transform_obs(obs_l)
-            d_env, d_agent = self._ingest(
-                obs_l,
-                rew_l,
-                term_l,
-                trunc_l,
-                info_l,
-                actions,
-                extras,
-                res,
-                target if episode_mode else None,
-            )
+            vetted = self._vet(results, res, finite)
+            if vetted is None:  # the whole vector env was recreated: start afresh
+                env_ts = agent_ts = 0
+                continue
+            lists, lost_env, lost_agent = vetted
+            # Dropped steps do not count toward the target (the batch keeps its size).
+            env_ts -= lost_env
+            agent_ts -= lost_agent
+            goal = target if episode_mode else None
+            d_env, d_agent = self._ingest(*lists, actions, extras, res, goal)
             env_ts += d_env
             agent_ts += d_agent
         return env_ts, agent_ts
+
+    def _loop_ready_first(
+        self,
+        res: MultiAgentSampleResult,
+        act_fn: ActFn | None,
+        explore: bool,
+        target: int,
+        episode_mode: bool,
+        count_agent_steps: bool,
+        t_offset: int,
+        gc_backstop: Callable[[], None],
+    ) -> tuple[int, int]:
+        """``_loop`` on an asynchronous vector env: act on whichever sub-envs are ready first.
+
+        Per iteration: one ``recv_fn()`` of the ready sub-envs, their results recorded in
+        their episodes with the actions they were sent (``_ingest`` over just those),
+        one forward per module for just their agents (a stateful module gathers and
+        scatters those agents' state rows) and one ``send_fn``. The rules are the
+        synchronous loop's per sub-env, so each sub-env's episodes are what that loop
+        gives it. At the end every sub-env has its actions in flight; they and their
+        extra outputs are recorded when its results come, in the next call.
+        """
+        n = self.num_envs
+        env_ts = agent_ts = 0
+        finite = self._finite_check() if self.check_finite else None
+        # Actions (and extra outputs) in flight before this call: recorded per step.
+        carried = set(range(n))
+        recv_fn, send_fn = self.recv_fn, self.send_fn
+        while (
+            (len(res.done) < target)
+            if episode_mode
+            else ((agent_ts if count_agent_steps else env_ts) < target)
+        ):
+            gc_backstop()
+            results = recv_fn()
+            if results is ENV_STEP_FAILURE:
+                res.num_env_failures += 1
+                res.num_dropped_episodes += self._start_over()
+                env_ts = agent_ts = 0
+                continue
+            ids = [int(i) for i in results[0]]
+            # Per sub-env lists (empty dicts for the sub-envs still stepping).
+            vetted = self._vet(tuple(_scatter(col, ids, n) for col in results[1:]), res, finite)
+            if vetted is None:  # the whole vector env was recreated: start afresh
+                env_ts = agent_ts = 0
+                continue
+            lists, lost_env, lost_agent = vetted
+            env_ts -= lost_env
+            agent_ts -= lost_agent
+            actions, extras = self._inflight_actions, self._inflight_extras
+            goal = target if episode_mode else None
+            d_env, d_agent = self._ingest(*lists, actions, extras, res, goal, ids, carried)
+            env_ts += d_env
+            agent_ts += d_agent
+            if episode_mode and len(res.done) >= target:
+                break  # §20.1: the next call resets every sub-env; nothing more to send
+            carried.difference_update(ids)
+            for i in ids:
+                actions[i] = {}
+                extras[i] = {}
+            env_actions = self._act_all(act_fn, explore, t_offset + env_ts, actions, extras, ids)
+            if send_fn([env_actions[i] for i in ids], results[0]) is ENV_STEP_FAILURE:
+                res.num_env_failures += 1
+                res.num_dropped_episodes += self._start_over()
+                env_ts = agent_ts = 0
+        return env_ts, agent_ts
+
+    def _act_all(
+        self,
+        act_fn: ActFn | None,
+        explore: bool,
+        t: int,
+        actions: list[dict],
+        extras: list[dict],
+        env_ids: list[int] | None,
+    ) -> list[dict]:
+        """One forward per module for the agents in ``_to_module``; their actions and extra
+        outputs go into ``actions[i]`` / ``extras[i]`` (per sub-env dicts, filled in place).
+
+        Returns the actions for the env: ``actions`` itself, or per sub-env dicts with the
+        module-to-env transforms applied (filled for ``env_ids``; None: every sub-env).
+        """
+        env_actions = actions
+        if act_fn is None:
+            spaces = self.action_spaces
+            for _, idx in self._to_module.values():
+                for i, aid in idx:
+                    actions[i][aid] = spaces[aid].sample()
+            return env_actions
+        n = self.num_envs
+        seq = self.weights_seq_no
+        action_fns = self.action_fns
+        tapes = self._tapes
+        state_slots = self._state_slots
+        for mid, (batch, idx) in self._to_module.items():
+            slots = state_slots.get(mid) if state_slots else None
+            if slots is None:
+                out = act_fn(mid, batch, explore, t)
+            else:  # one forward for the agents that act; the others keep their rows
+                store = self._states[mid]
+                state, inputs = store.gather(slots)
+                out = act_fn(mid, batch, explore, t, state, inputs)
+                store.after_act(slots, out[Columns.STATE_OUT], out["actions"])
+            acts = out.pop("actions")
+            a_rows = action_rows(acts)
+            fn = action_fns.get(mid)
+            if fn is not None:
+                if env_actions is actions:
+                    env_actions = [{} for _ in range(n)]
+                e_rows = rows(fn(acts))
+                for k, (i, aid) in enumerate(idx):
+                    env_actions[i][aid] = e_rows[k]
+            n_rows = len(idx)
+            if tapes is not None:
+                tape = tapes.get(mid)
+                if tape is None:
+                    tape = ExtrasTape.create(out, n_rows)
+                    if tape is not None:
+                        tapes[mid] = tape
+                g = None if tape is None else tape.try_write(out, n_rows)
+                if g is not None:
+                    for (i, aid), a in zip(idx, a_rows):
+                        actions[i][aid] = a
+                        extras[i][aid] = g
+                        g += 1
+                    continue
+                self._stop_deferring(extras)
+                tapes = None
+            keys = (*out, SEQ_KEY)
+            cols = [rows(v) for v in out.values()]
+            cols.append([seq] * n_rows)
+            # (keys, values) pairs, not dicts: see MultiAgentEpisode.try_add_plain_env_step
+            for (i, aid), a, ex in zip(idx, a_rows, zip(repeat(keys), zip(*cols))):
+                actions[i][aid] = a
+                extras[i][aid] = ex
+        if env_actions is not actions:  # modules without a transform act as is
+            for i in range(n) if env_ids is None else env_ids:
+                for aid, a in actions[i].items():
+                    env_actions[i].setdefault(aid, a)
+        return env_actions
+
+    def _vet(
+        self, results: tuple, res: MultiAgentSampleResult, finite: AgentObsRewardCheck | None
+    ) -> tuple | None:
+        """A step's five per-sub-env lists, ready to record: episodes of recreated sub-envs
+        dropped, non-finite data handled, observations transformed for the modules.
+
+        Returns ``(the five lists, env steps, agent steps)``, the steps being those of
+        this call dropped with those episodes, or None after the whole vector env was
+        recreated (and reset).
+        """
+        obs_l, rew_l, term_l, trunc_l, info_l = results
+        lost_env = lost_agent = 0
+        if self.failed_fn is not None:
+            failed = self.failed_fn()
+            if failed is not None and any(failed):
+                lost_env, lost_agent = self._restart_episodes(failed, res)
+        if finite is not None and not finite.ok(obs_l, rew_l):
+            checked = self._non_finite(finite, results, res)
+            if checked is None:
+                return None
+            obs_l, rew_l, term_l, trunc_l, info_l = checked[:5]
+            lost_env += checked[5]
+            lost_agent += checked[6]
+        if self.obs_fns:
+            obs_l = self._transform_obs(obs_l)
+        return (obs_l, rew_l, term_l, trunc_l, info_l), lost_env, lost_agent
 
     # -- non-finite data ----------------------------------------------------------
     def _finite_check(self) -> AgentObsRewardCheck:
@@ -408,7 +546,7 @@ class MultiAgentSampler:
         patched = self.on_non_finite(errors, results)
         if patched is None:
             res.num_env_failures += 1
-            res.num_dropped_episodes += self.start()
+            res.num_dropped_episodes += self._start_over()
             return None
         failed = [False] * self.num_envs
         for err in errors:
@@ -450,15 +588,22 @@ class MultiAgentSampler:
         extras: list[dict] | None,
         res: MultiAgentSampleResult,
         episode_target: int | None,
+        env_ids: Any = None,
+        carried: set[int] | None = None,
     ) -> tuple[int, int]:
-        """Record one vector step (or reset) and group the next observations by module."""
+        """Record one vector step (or reset) and group the next observations by module.
+
+        ``env_ids``: the sub-envs whose entries to record (None: all; ready-first: the
+        ready ones). ``carried``: sub-envs whose extra outputs are dicts from an earlier
+        ``run()`` (recorded per step even while this run defers to tapes).
+        """
         groups: dict[Any, tuple[list, list]] = {}
         counts = res.agent_counts
         events = self.events
         env_steps = agent_steps = 0
         now = time.perf_counter()
         deferring = self._tapes is not None
-        for i in range(self.num_envs):
+        for i in range(self.num_envs) if env_ids is None else env_ids:
             obs_i = obs_l[i]
             ep = self.episodes[i]
             mm = self._modmaps[i]
@@ -475,7 +620,7 @@ class MultiAgentSampler:
                         )
                     act_i, rew_i, ext_i = actions[i], rew_l[i], extras[i]  # type: ignore[index]
                     info_i = info_l[i] or {}
-                    if deferring:
+                    if deferring and (carried is None or i not in carried):
                         recorded = ep.try_add_plain_env_step(
                             obs_i, act_i, rew_i, info_i, term_i, trunc_i, _NO_FLAGS, now
                         )
@@ -705,6 +850,14 @@ def _prune_zero_len_agents(episode: MultiAgentEpisode) -> None:
         mapping = getattr(episode, "_env_t_to_agent_t", None)
         if mapping is not None:
             mapping.pop(aid, None)
+
+
+def _scatter(column: list, ids: list[int], n: int) -> list:
+    """A ready-first batch's per-sub-env entries at their sub-env's index (others ``{}``)."""
+    out: list = [_NO_FLAGS] * n
+    for i, value in zip(ids, column):
+        out[i] = value
+    return out
 
 
 def _pairs(ext: dict) -> tuple[tuple, tuple]:

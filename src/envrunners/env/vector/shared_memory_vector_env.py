@@ -60,7 +60,7 @@ __all__ = ["SharedMemoryVectorEnv", "default_num_workers"]
 
 logger = logging.getLogger("envrunners")
 
-_STEP, _RESET, _RESTART, _CALL, _SET_ATTR, _CLOSE = range(6)
+_STEP, _RESET, _RESTART, _CALL, _SET_ATTR, _CLOSE, _STEP_WITH = range(7)
 _WORKER_POLL_S = 0.5  # an idle worker checks this often that its parent is alive
 _PARENT_POLL_S = 0.2  # a waiting parent checks this often that its workers are alive
 _ALIGN = 64
@@ -284,13 +284,18 @@ def _worker_main(
     parent_conn: Any,
     ppid: int,
     restart_failed: bool,
+    worker_cls: type = _Worker,
 ) -> None:
-    """Worker-process loop: build the share's sub-envs, then serve commands until told to close."""
+    """Worker-process loop: build the share's sub-envs, then serve commands until told to close.
+
+    ``worker_cls`` is ``_Worker`` or a subclass (``SharedMemoryVectorMultiAgentEnv``'s)
+    that also takes ``_STEP_WITH``: a step whose per-sub-env data comes over the pipe.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     parent_conn.close()
     views = layout.views(buf)
     try:
-        worker = _Worker(index, lo, list(env_fns.fn), views, layout)
+        worker = worker_cls(index, lo, list(env_fns.fn), views, layout)
         worker.restart_failed = restart_failed
         conn.send(("ok", None))
     except BaseException as err:  # noqa: BLE001 - reported to the parent
@@ -325,6 +330,8 @@ def _worker_main(
                     msg["infos"] = [(j, info)]
                 elif cmd == _CALL:
                     msg["result"] = worker.call(*data)
+                elif cmd == _STEP_WITH:
+                    worker.step_with(data, msg)
                 elif cmd == _SET_ATTR:
                     name, values = data
                     for env, value in zip(worker.envs, values, strict=True):
@@ -395,6 +402,9 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             worker past it is killed, then replaced (``restart_failed``) or reported
             as ``VectorEnvWorkerHungError``. Checked while waiting, so a hang is
             noticed up to about 0.2 s after the limit.
+        worker_cls: What steps a share in each worker: ``_Worker``, or a subclass whose
+            ``step_with(data, msg)`` takes the ``payloads`` of ``step``/``send``
+            (``SharedMemoryVectorMultiAgentEnv`` builds this env with its own).
 
     Raises:
         ConfigError: a bad ``num_workers``/``batch_size``/``timeout_s`` (naming what
@@ -414,8 +424,10 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         observation_space: gym.Space | None = None,
         action_space: gym.Space | None = None,
         timeout_s: float | None = None,
+        worker_cls: type = _Worker,
     ):
         self.closed = False
+        self._worker_cls = worker_cls
         self.processes: list[Any] = []
         self._conns: list[Any] = []
         n = self.num_envs = len(env_fns)
@@ -530,6 +542,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
                 parent,
                 os.getpid(),
                 self.restart_failed,
+                self._worker_cls,
             ),
             daemon=True,
         )
@@ -589,14 +602,19 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             raise RuntimeError("SharedMemoryVectorEnv is closed; create a new one.")
 
     def _command(self, workers: Sequence[int], cmd: int, payloads: Sequence[Any] | None) -> None:
-        """Tell ``workers`` to run ``cmd`` (``payloads[k]`` over worker ``k``'s pipe first)."""
+        """Tell ``workers`` to run ``cmd`` (``payloads[k]`` over worker ``k``'s pipe first).
+
+        A worker found dead while sent a ``_STEP_WITH`` is respawned under
+        ``restart_failed`` (its reset answers for the step, as in ``_acquire``).
+        """
         cmd_arr, go, in_flight = self._cmd, self._go, self._in_flight
         for n, k in enumerate(workers):
             if payloads is not None:
                 try:
                     self._conns[k].send(payloads[n])
                 except (BrokenPipeError, OSError):
-                    self._worker_died(k, "receiving a command", respawn=False)
+                    self._worker_died(k, "receiving a command", respawn=cmd == _STEP_WITH)
+                    continue
             cmd_arr[k] = cmd
             in_flight[k] = True
             go[k].release()
@@ -853,13 +871,24 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         ]
         return self._all(_RESET, payloads, "resetting")
 
-    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+    def step(
+        self, actions: Any, *, payloads: Sequence[Any] | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
         """Step every sub-env in parallel; one whose last step ended its episode is reset
-        instead (its action ignored, reward 0, flags False)."""
+        instead (its action ignored, reward 0, flags False).
+
+        ``payloads``: per sub-env, data a ``worker_cls`` with ``step_with`` steps with,
+        sent over the pipes (then ``actions`` may be empty).
+        """
         self._refuse_if_async("step()")
         self._clear_failures()
         self._write_actions(actions, slice(None))
-        infos = self._all(_STEP, None, "stepping")
+        if payloads is None:
+            infos = self._all(_STEP, None, "stepping")
+        else:
+            infos = self._all(
+                _STEP_WITH, [list(payloads[s[0] : s[-1] + 1]) for s in self.shares], "stepping"
+            )
         v = self._views
         return (
             self._out(self._obs),
@@ -929,11 +958,12 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self._last_recv = (env_ids, workers)
         return env_ids, obs, rewards, terms, truncs, infos
 
-    def send(self, actions: Any, env_ids: Any) -> None:
+    def send(self, actions: Any, env_ids: Any, *, payloads: Sequence[Any] | None = None) -> None:
         """Hand ``actions[j]`` to sub-env ``env_ids[j]`` and let their workers step.
 
         ``env_ids`` must be whole worker shares that ``recv()`` returned (and not yet
-        sent), e.g. the ``env_ids`` of the last ``recv()``.
+        sent), e.g. the ``env_ids`` of the last ``recv()``. ``payloads[j]``: sub-env
+        ``env_ids[j]``'s data for a ``worker_cls`` with ``step_with`` (as in ``step``).
 
         Raises:
             ValueError: ids that are not whole received shares.
@@ -946,7 +976,12 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             workers = self._workers_for(np.asarray(env_ids))
         self._last_recv = None
         self._write_actions(actions, np.asarray(env_ids))
-        self._command(workers, _STEP, None)
+        if payloads is None:
+            self._command(workers, _STEP, None)
+            return
+        by_id = dict(zip(np.asarray(env_ids).tolist(), payloads, strict=True))
+        per_worker = [[by_id[i] for i in self.shares[w].tolist()] for w in workers]
+        self._command(workers, _STEP_WITH, per_worker)
 
     def _workers_for(self, env_ids: np.ndarray) -> list[int]:
         ids = env_ids.astype(np.int64).ravel()

@@ -1,0 +1,470 @@
+"""Multi-agent ready-first stepping over ``SharedMemoryVectorMultiAgentEnv``.
+
+Every sub-env's multi-agent episodes must be the ones the synchronous loop over
+``SyncVectorMultiAgentEnv`` gives it under the same seeds and scripted actions (a
+deterministic function of the observation, or of a recurrent state counting the
+agent's steps): same observations, actions, rewards and extra outputs per agent,
+whole episodes joined across ``run()`` calls. Checked on the multi-agent CartPole
+(agents end one by one), on schedule-driven envs (agents join late, skip steps and
+leave; the env asserts it gets actions for exactly the agents that should act) and
+on a PettingZoo parallel env through the runner. Also: a raising sub-env, a
+SIGKILLed worker, ``close`` leaving nothing behind, and the runner's config keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from tests.envs.multi_agent import BadMultiAgentEnv, LeavingParallelEnv, ScheduleEnv, make_schedule
+from tests.test_ready_first_sampling import CountingAngleModule
+
+from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core.columns import Columns
+from envrunners.core.rl_module.rl_module import RLModuleSpec
+from envrunners.env.multi_agent_env import make_multi_agent
+from envrunners.env.multi_agent_env_runner import MultiAgentEnvRunner
+from envrunners.env.multi_agent_episode import MultiAgentEpisode
+from envrunners.env.vector import SyncVectorMultiAgentEnv
+from envrunners.env.vector.shared_memory_vector_env import _PARENT_POLL_S
+from envrunners.env.vector.shared_memory_vector_multi_agent_env import (
+    SharedMemoryVectorMultiAgentEnv,
+)
+from envrunners.errors import (
+    ConfigError,
+    EnvRunnerError,
+    NonFiniteEnvDataError,
+    SubEnvError,
+    VectorEnvWorkerDiedError,
+)
+from envrunners.sampling.multi_agent import MultiAgentSampler
+
+MultiAgentCartPole = make_multi_agent("CartPole-v1")
+
+
+def cartpole_fns(n):
+    return [lambda: MultiAgentCartPole({"num_agents": 2})] * n
+
+
+def schedule_fns(n):
+    """Sub-env ``i`` follows its own schedule of 3 agents that come and go."""
+    return [
+        functools.partial(ScheduleEnv, {"schedule": make_schedule(i, num_agents=3, length=9)})
+        for i in range(n)
+    ]
+
+
+# -- the sampler over a real vector env -----------------------------------------------------
+def scripted_act(mid, batch, explore, t):
+    """Actions (and an extra output) from the observations alone."""
+    return {
+        "actions": (np.abs(batch).sum(axis=1) * 1000).astype(np.int64) % 2,
+        "vf_preds": batch.sum(axis=1).astype(np.float32),
+    }
+
+
+class StepCounter:
+    """A stateful module for the sampler: its state counts the agent's steps."""
+
+    model_config: dict = {}
+
+    def get_initial_state(self):
+        return {"count": np.zeros(1, np.float32)}
+
+    def is_stateful(self):
+        return True
+
+
+def counting_act(mid, batch, explore, t, state, extra_inputs):
+    """Acts on the observation and the step count; records the count it got."""
+    count = state["count"][:, 0]
+    return {
+        "actions": ((np.abs(batch).sum(axis=1) * 1000).astype(np.int64) + count.astype(int)) % 2,
+        "count_in": count.copy(),
+        Columns.STATE_OUT: {"count": state["count"] + 1},
+    }
+
+
+def make_sampler(env, stateful=False):
+    def new_episode(i):
+        return MultiAgentEpisode(
+            observation_space=env.single_observation_spaces,
+            action_space=env.single_action_spaces,
+            agent_to_module_mapping_fn=lambda aid, episode: "p",
+        )
+
+    sampler = MultiAgentSampler(
+        num_envs=env.num_envs,
+        new_episode=new_episode,
+        reset_fn=lambda: env.reset(seed=5),
+        step_fn=env.step,
+        observation_spaces=env.single_observation_spaces,
+        action_spaces=env.single_action_spaces,
+        failed_fn=lambda: getattr(env, "failed", None),
+        recv_fn=getattr(env, "recv", None),
+        send_fn=getattr(env, "send", None),
+        async_reset_fn=lambda: env.async_reset(),
+    )
+    if stateful:
+        sampler.use_states({"p": StepCounter()})
+    return sampler
+
+
+def whole_episodes(env, calls, timesteps, stateful=False, defer=True):
+    """Per sub-env, its finished episodes in order, chunks joined: per agent
+    ``[observations, actions, rewards, extra output]`` lists."""
+    sampler = make_sampler(env, stateful)
+    if getattr(env, "is_async", False):
+        env.async_reset(seed=5)
+        sampler.start_async()
+    else:
+        sampler.start()
+    act = counting_act if stateful else scripted_act
+    extra = "count_in" if stateful else "vf_preds"
+    streams: dict[int, dict] = {}
+    finished = set()
+    for _ in range(calls):
+        res = sampler.run(act_fn=act, explore=False, num_timesteps=timesteps, defer_extras=defer)
+        assert timesteps <= res.env_steps <= timesteps + env.num_envs - 1
+        chunks = [*zip(res.done, res.done_env_index), *zip(res.ongoing, res.ongoing_env_index)]
+        for episode, i in chunks:
+            episode.to_numpy()
+            agents = streams.setdefault(i, {}).setdefault(episode.id_, {})
+            for aid, sa in episode.agent_episodes.items():
+                rec = agents.setdefault(aid, [[], [], [], []])
+                obs = np.asarray(sa.get_observations()).tolist()
+                rec[0] += obs[1:] if rec[0] else obs  # a continuation repeats its first obs
+                rec[1] += np.asarray(sa.get_actions()).tolist()
+                rec[2] += np.asarray(sa.get_rewards()).tolist()
+                rec[3] += np.asarray(sa.get_extra_model_outputs(extra)).reshape(-1).tolist()
+        finished.update(e.id_ for e in res.done)
+    return {i: [v for k, v in eps.items() if k in finished] for i, eps in streams.items()}
+
+
+def assert_same_episodes(sync, ready, num_envs):
+    """Each sub-env's episodes finished in both runs are the same (on a loaded machine a
+    ready-first worker may get few steps, so the count per sub-env is not fixed)."""
+    compared = 0
+    for i in range(num_envs):
+        k = min(len(sync.get(i, [])), len(ready.get(i, [])))
+        assert sync.get(i, [])[:k] == ready.get(i, [])[:k], f"sub-env {i}'s episodes differ"
+        compared += k
+    assert compared >= 2 * num_envs
+
+
+@pytest.mark.parametrize(
+    ("num_envs", "batch", "workers"), [(4, 1, 4), (4, 2, 2), (5, 3, 5)], ids=str
+)
+def test_each_sub_env_gets_the_synchronous_episodes(num_envs, batch, workers):
+    for fns, calls, steps in ((cartpole_fns, 3, 150), (schedule_fns, 2, 100)):
+        sync_env = SyncVectorMultiAgentEnv(fns(num_envs))
+        ready_env = SharedMemoryVectorMultiAgentEnv(
+            fns(num_envs), num_workers=workers, batch_size=batch
+        )
+        try:
+            assert ready_env.is_async and ready_env.batch_size == batch
+            sync = whole_episodes(sync_env, calls, steps)
+            ready = whole_episodes(ready_env, calls, steps, defer=batch != 2)
+        finally:
+            sync_env.close()
+            ready_env.close()
+        assert_same_episodes(sync, ready, num_envs)
+
+
+def test_recurrent_state_follows_its_sub_env():
+    sync_env = SyncVectorMultiAgentEnv(cartpole_fns(4))
+    ready_env = SharedMemoryVectorMultiAgentEnv(cartpole_fns(4), num_workers=4, batch_size=1)
+    try:
+        sync = whole_episodes(sync_env, 3, 120, stateful=True)
+        ready = whole_episodes(ready_env, 3, 120, stateful=True)
+    finally:
+        sync_env.close()
+        ready_env.close()
+    assert_same_episodes(sync, ready, 4)
+    for episodes in ready.values():
+        for agents in episodes:
+            for _, actions, _, counts in agents.values():
+                assert counts == list(range(len(actions)))  # the agent's own steps
+
+
+def test_synchronous_api_matches_the_sync_vector_env():
+    sync_env = SyncVectorMultiAgentEnv(schedule_fns(3))
+    env = SharedMemoryVectorMultiAgentEnv(schedule_fns(3), num_workers=2)
+    try:
+        assert not env.is_async and env.possible_agents == ["a0", "a1", "a2"]
+        a, b = sync_env.reset(seed=1), env.reset(seed=1)
+        assert a[1] == b[1]
+        ended = [{}] * 3  # per sub-env, the agents that ended (or "__all__")
+        for _ in range(25):
+            assert [o.keys() for o in a[0]] == [o.keys() for o in b[0]]
+            for x, y in zip(a[0], b[0]):
+                assert all(np.array_equal(x[k], y[k]) for k in x)
+            acts = [
+                {} if done.get("__all__") else {k: 1 for k in o if not done.get(k)}
+                for o, done in zip(a[0], ended)
+            ]
+            a, b = sync_env.step(acts), env.step(acts)
+            assert a[1:] == b[1:]
+            ended = [
+                {k: True for k in {**te, **tr} if te.get(k) or tr.get(k)}
+                for te, tr in zip(a[2], a[3])
+            ]
+        assert env.get_attr("possible_agents") == (["a0", "a1", "a2"],) * 3
+    finally:
+        sync_env.close()
+        env.close()
+
+
+# -- failures -------------------------------------------------------------------------------
+def bad_fns():
+    return [lambda: BadMultiAgentEnv({}), lambda: BadMultiAgentEnv({"bug": "raise"})]
+
+
+def test_a_raising_sub_env_is_an_error_naming_it():
+    env = SharedMemoryVectorMultiAgentEnv(bad_fns(), num_workers=2, batch_size=1)
+    try:
+        env.async_reset(seed=0)
+        with pytest.raises(SubEnvError, match="sub-environment 1: raised ValueError") as info:
+            for _ in range(10_000):  # until sub-env 1 (failing at its second step) is received
+                ids, obs, *_ = env.recv()
+                env.send([dict.fromkeys(o, 0) for o in obs], ids)
+        assert info.value.sub_env_index == 1
+        assert "boom from BadMultiAgentEnv" in info.value.remote_traceback
+    finally:
+        env.close()
+
+
+def test_a_raising_sub_env_is_recreated_and_only_its_episode_dropped():
+    env = SharedMemoryVectorMultiAgentEnv(
+        bad_fns(), num_workers=2, batch_size=1, restart_failed=True
+    )
+    try:
+        sampler = make_sampler(env)
+        env.async_reset(seed=0)
+        sampler.start_async()
+        res = sampler.run(act_fn=scripted_act, explore=False, num_timesteps=20)
+        # Sub-env 1 fails at each second step: it never gets past one step.
+        assert res.num_sub_env_failures >= 3 and env.num_failures >= 3
+        assert res.env_steps >= 20
+        lengths = {i: len(e) for e, i in zip(res.ongoing, res.ongoing_env_index)}
+        assert lengths.get(1, 0) <= 1 < lengths[0]
+        assert 1 not in res.done_env_index
+    finally:
+        env.close()
+    assert not mp.active_children()
+
+
+def test_a_killed_worker_is_an_error_naming_it_and_its_sub_envs():
+    env = SharedMemoryVectorMultiAgentEnv(cartpole_fns(4), num_workers=2)
+    env.reset(seed=0)
+    victim = env.processes[1]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(10)
+    with pytest.raises(VectorEnvWorkerDiedError, match=r"worker 1 .*sub-envs 2\.\.3") as info:
+        env.step([{0: 0, 1: 0}] * 4)
+    assert info.value.sub_env_indices == [2, 3]
+    assert env._pool.closed and not mp.active_children()
+
+
+def test_a_killed_worker_is_respawned_when_restarting_failed_sub_envs():
+    env = SharedMemoryVectorMultiAgentEnv(
+        cartpole_fns(4), num_workers=2, batch_size=2, restart_failed=True
+    )
+    try:
+        sampler = make_sampler(env)
+        env.async_reset(seed=0)
+        sampler.start_async()
+        sampler.run(act_fn=scripted_act, explore=False, num_timesteps=20)
+        old = env.processes[0].pid
+        os.kill(old, signal.SIGKILL)
+        env.processes[0].join(10)
+        # The other worker keeps answering; the dead one is noticed at the next poll.
+        time.sleep(2 * _PARENT_POLL_S)
+        res = sampler.run(act_fn=scripted_act, explore=False, num_timesteps=60)
+        assert res.num_sub_env_failures == 2 and res.env_steps >= 60
+        assert env.processes[0].pid != old and env.processes[0].is_alive()
+    finally:
+        env.close()
+    assert not mp.active_children()
+
+
+def test_close_stops_every_worker_and_leaves_no_shared_memory():
+    before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    env = SharedMemoryVectorMultiAgentEnv(schedule_fns(4), num_workers=2, batch_size=2)
+    pids = [p.pid for p in env.processes]
+    env.async_reset(seed=0)
+    ids, obs, *_ = env.recv()
+    env.send([dict.fromkeys(o, 0) for o in obs], ids)  # a step still in flight
+    env.close()
+    env.close()
+    assert not mp.active_children()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    if os.path.isdir("/dev/shm"):
+        assert set(os.listdir("/dev/shm")) - before == set()
+
+
+# -- the runner -----------------------------------------------------------------------------
+def ma_runner(
+    num_envs=4, env=MultiAgentCartPole, env_config=None, spec=None, restart=False, **env_runners
+):
+    env_runners.setdefault("overlap_inference", False)
+    env_runners.setdefault("gym_env_vectorize_mode", "shared_memory")
+    config = (
+        AlgorithmConfig()
+        .environment(env, env_config=env_config or {"num_agents": 2})
+        .env_runners(num_envs_per_env_runner=num_envs, **env_runners)
+        .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda aid, ep, **kw: "p0")
+        .debugging(seed=0)
+    )
+    if spec is not None:
+        config = config.rl_module(rl_module_spec=spec)
+    if restart:
+        config = config.fault_tolerance(restart_failed_sub_environments=True)
+    return MultiAgentEnvRunner(config=config)
+
+
+def runner_episodes(runner, calls, timesteps):
+    """Finished episodes keyed by their first observations, chunks joined by id."""
+    chunks: dict[str, list] = {}
+    finished = {}
+    for _ in range(calls):
+        episodes = runner.sample(num_timesteps=timesteps)
+        assert timesteps <= sum(len(e) for e in episodes) <= timesteps + runner.num_envs - 1
+        for e in episodes:
+            chunks.setdefault(e.id_, []).append(e)
+            if e.is_done:
+                parts = chunks.pop(e.id_)
+                first = parts[0].agent_episodes
+                key = b"".join(first[a].get_observations()[0].tobytes() for a in sorted(first))
+                finished[key] = parts
+    return finished
+
+
+def test_runner_with_a_stateful_module_matches_the_sync_runner():
+    spec = RLModuleSpec(module_class=CountingAngleModule)
+    results = []
+    for batch in (None, 2):
+        runner = ma_runner(spec=spec, ready_first_batch_size=batch)
+        try:
+            assert runner.env.is_async == (batch is not None)
+            results.append(runner_episodes(runner, 4, 100))
+        finally:
+            runner.stop()
+    sync, ready = results
+    common = set(sync) & set(ready)
+    assert len(common) >= 8
+    for key in common:
+        for aid in (0, 1):
+            per_mode = []
+            for parts in (sync[key], ready[key]):
+                sas = [p.agent_episodes[aid] for p in parts if aid in p.agent_episodes]
+                count = np.concatenate([sa.get_extra_model_outputs("count_in") for sa in sas])
+                np.testing.assert_array_equal(count.reshape(-1), np.arange(len(count)))
+                per_mode.append(np.concatenate([sa.get_actions() for sa in sas]))
+            np.testing.assert_array_equal(*per_mode)
+
+
+def test_runner_steps_a_pettingzoo_env_ready_first_and_overlaps_on_request():
+    runner = ma_runner(env=LeavingParallelEnv, env_config={"num_agents": 3}, overlap_inference=True)
+    try:
+        assert runner.env.is_async and runner.env.batch_size == 2
+        episodes = runner.sample(num_episodes=6)
+        assert len(episodes) == 6
+        for e in episodes:  # agent_i leaves after 3 + 2 i steps, the rest at 6
+            assert {a: len(sa) for a, sa in e.agent_episodes.items()} == {
+                "agent_0": 3,
+                "agent_1": 5,
+                "agent_2": 6,
+            }
+        assert sum(len(e) for e in runner.sample(num_timesteps=50)) >= 50
+    finally:
+        runner.stop()
+    assert not mp.active_children()
+
+
+def test_runner_goes_on_after_a_worker_is_killed():
+    runner = ma_runner(ready_first_batch_size=2, restart=True)
+    try:
+        runner.sample(num_timesteps=40)
+        os.kill(runner.env.processes[0].pid, signal.SIGKILL)
+        assert sum(len(e) for e in runner.sample(num_timesteps=100)) >= 100
+    finally:
+        runner.stop()
+    assert not mp.active_children()
+
+
+class NanOnceCartPole(MultiAgentCartPole):
+    """Sub-env 1's agent 0 observes NaN at its 5th step, once per ``marker`` file."""
+
+    def __init__(self, config):
+        super().__init__({"num_agents": 2})
+        self.marker, self.index, self.t = config["marker"], config.vector_index, 0
+
+    def step(self, actions):
+        obs, *rest = super().step(actions)
+        self.t += 1
+        if self.index == 1 and self.t == 5 and 0 in obs and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            obs[0] = np.full_like(obs[0], np.nan)
+        return (obs, *rest)
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_non_finite_observations_name_the_sub_env_or_recreate_the_env(tmp_path, restart):
+    runner = ma_runner(
+        env=NanOnceCartPole,
+        env_config={"marker": str(tmp_path / "nan")},
+        ready_first_batch_size=2,
+        restart=restart,
+    )
+    try:
+        if not restart:
+            with pytest.raises(NonFiniteEnvDataError, match="sub-env(ironment)? 1") as info:
+                runner.sample(num_timesteps=100)
+            assert info.value.sub_env_index == 1 and info.value.column == "obs[0]"
+            return
+        assert sum(len(e) for e in runner.sample(num_timesteps=100)) >= 100
+        assert (tmp_path / "nan").exists()  # it happened: the env was recreated whole
+        assert runner.get_metrics()["num_env_step_failures"] == 1
+        for e in runner.sample(num_timesteps=50):
+            for sa in e.agent_episodes.values():
+                assert np.isfinite(np.asarray(sa.get_observations())).all()
+    finally:
+        runner.stop()
+
+
+def test_runner_without_restarts_names_the_raising_sub_env():
+    runner = ma_runner(
+        num_envs=2,
+        env=BadMultiAgentEnv,
+        env_config={"bug": "raise"},
+        ready_first_batch_size=1,
+    )
+    try:
+        with pytest.raises(EnvRunnerError, match="sub-environment [01]: raised ValueError"):
+            runner.sample(num_timesteps=20)
+    finally:
+        runner.stop()
+
+
+def test_config_keys_need_the_shared_memory_mode_and_fit_the_shares():
+    with pytest.raises(ConfigError, match="ready_first_batch_size"):
+        ma_runner(gym_env_vectorize_mode="sync", ready_first_batch_size=2)
+    with pytest.raises(ConfigError, match=r"ready_first_batch_size must be an int in \[1, "):
+        ma_runner(ready_first_batch_size=5, num_envs=4)
+    runner = ma_runner(
+        overlap_inference="auto", spec=RLModuleSpec(module_class=CountingAngleModule)
+    )
+    try:  # the auto rule timed the env and the forward (its choice depends on the machine)
+        assert runner._overlap_costs is not None and all(c > 0 for c in runner._overlap_costs)
+        assert runner.env.is_async == (runner._ready_batch == 2)
+        assert sum(len(e) for e in runner.sample(num_timesteps=20)) >= 20
+    finally:
+        runner.stop()
