@@ -206,7 +206,7 @@ def rebuild_episode(cls: type, header: tuple[Any, ...], block: Any) -> Any:
             views.append(ndarray(shape, dtype, block, layout[i + 2]))
     raw = InfiniteLookbackBuffer._raw
     buffers = []
-    for kind, payload, *rest in columns:
+    for kind, payload, lookback, finalized, space, space_struct in columns:
         if kind == _ARRAY:
             data = views[payload]
         elif kind == _EMPTY_INFOS:
@@ -218,7 +218,6 @@ def rebuild_episode(cls: type, header: tuple[Any, ...], block: Any) -> Any:
             data = _fill_tree(payload, views)
         else:
             data = payload
-        lookback, finalized, space, space_struct = rest
         buffers.append(raw(data, lookback, space, space_struct, finalized))
     ep = object.__new__(cls)
     for name, value in zip(names, plain):
