@@ -1018,8 +1018,11 @@ class SingleAgentEpisode:
         return episode_reduce(self, protocol, SingleAgentEpisode)
 
     def __copy__(self) -> SingleAgentEpisode:
-        """Return a shallow copy sharing the buffers (what ``copy.copy`` did before pickling
-        was customised)."""
+        """Return a shallow copy sharing the buffers (``copy.copy``).
+
+        Why: without it ``copy.copy`` would go through ``__reduce_ex__`` and copy
+        every array into a new block.
+        """
         new = object.__new__(type(self))
         for klass in type(self).__mro__:
             for name in own_slots(klass):
