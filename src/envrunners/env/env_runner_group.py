@@ -532,6 +532,20 @@ class EnvRunnerGroup:
         results = self._fetch(tags, timeout_seconds, return_obj_refs, mark_healthy)
         return [(r.actor_id, r.get()) for r in results.ignore_errors()]
 
+    def wait_async_reqs(
+        self, *, tags: str | list[str] | tuple[str, ...], timeout_seconds: float
+    ) -> bool:
+        """Block until one async request of ``tags`` is done (or the timeout); whether one is.
+
+        Fetch it with ``fetch_ready_async_reqs(timeout_seconds=0)``; the wait also
+        ends at the next ``sample_timeout_s`` deadline of a running request.
+        """
+        if self._worker_manager.num_actors() == 0:
+            return False
+        return self._worker_manager.wait_async_reqs(
+            tags, timeout_seconds, request_timeout_s=self._request_deadline()
+        )
+
     def _fetch(
         self, tags: Any, timeout_seconds: float | None, return_obj_refs: bool, mark_healthy: bool
     ) -> RemoteCallResults:

@@ -29,6 +29,7 @@ import numpy as np
 
 from envrunners.core.columns import Columns
 from envrunners.env._episode_ids import new_episode_id
+from envrunners.env._episode_transport import episode_reduce, own_slots
 from envrunners.env.utils._structs import batch, leaf_len, map_structure, struct_equal, unbatch
 from envrunners.env.utils.infinite_lookback_buffer import Indices, InfiniteLookbackBuffer
 from envrunners.errors import SpaceError
@@ -1007,6 +1008,29 @@ class SingleAgentEpisode:
             "SingleAgentEpisode.get_temporary_timestep_data() is deprecated and removed; "
             "read per-episode data from `episode.custom_data` instead."
         )
+
+    def __reduce_ex__(self, protocol: int) -> tuple[Any, ...]:
+        """Pickle as one header plus one block of all arrays (see ``_episode_transport``).
+
+        Why: the driver unpickles every episode a remote runner samples; rebuilt
+        columns are views into the block, not one numpy reconstruct per array.
+        """
+        return episode_reduce(self, protocol, SingleAgentEpisode)
+
+    def __copy__(self) -> SingleAgentEpisode:
+        """Return a shallow copy sharing the buffers (``copy.copy``).
+
+        Why: without it ``copy.copy`` would go through ``__reduce_ex__`` and copy
+        every array into a new block.
+        """
+        new = object.__new__(type(self))
+        for klass in type(self).__mro__:
+            for name in own_slots(klass):
+                if hasattr(self, name):
+                    object.__setattr__(new, name, getattr(self, name))
+        if hasattr(self, "__dict__"):
+            new.__dict__.update(self.__dict__)
+        return new
 
     def _copy_meta_to(self, other: SingleAgentEpisode) -> None:
         """Copy ids and a deep copy of ``custom_data`` onto a derived chunk."""

@@ -52,8 +52,11 @@ logger = logging.getLogger("envrunners")
 
 #: Tag prefix of the sampler's requests (``"__"``: the group's plain fetch skips them).
 TAG_PREFIX = "__continuous_sample__/"
-#: Polling while waiting for results: first and longest wait of one fetch, in seconds.
+#: Polling while runners are restored: first and longest sleep between upkeep passes, in s.
 _POLL_MIN_S, _POLL_MAX_S = 0.001, 0.005
+#: Longest block waiting for the next result while every runner is healthy, in seconds
+#: (a result, a runner's death or a request deadline end it sooner).
+_BLOCK_MAX_S = 0.1
 
 
 @dataclasses.dataclass
@@ -211,9 +214,12 @@ class ContinuousSampler:
                 del versions[:lost]  # an actor runs its calls in order: the oldest went first
                 self.num_requests_lost += lost
 
+    def _tags_in_flight(self) -> list[str]:
+        return [self._tag(r) for r, v in self._in_flight.items() if v]
+
     def poll(self, timeout_s: float = 0.0) -> int:
         """Fetch finished requests into the queue (waiting up to ``timeout_s``); how many."""
-        tags = [self._tag(r) for r, v in self._in_flight.items() if v]
+        tags = self._tags_in_flight()
         if not tags:
             return 0
         got = self.group.fetch_ready_async_reqs(tags=tags, timeout_seconds=timeout_s)
@@ -329,7 +335,17 @@ class ContinuousSampler:
             if deadline is not None:
                 wait = min(wait, max(0.0, deadline - now))
             if self.num_in_flight():
-                got = self.poll(wait)
+                # Sleep until the first result is ready (not until all are, nor in short
+                # polls): one upkeep pass per result. While some runner is out of
+                # service, wake up often enough to move its restore along.
+                group = self.group
+                block = _BLOCK_MAX_S
+                if group.num_healthy_remote_env_runners() < group.num_remote_env_runners():
+                    block = _POLL_MAX_S
+                if deadline is not None:
+                    block = min(block, max(0.0, deadline - now))
+                group.wait_async_reqs(tags=self._tags_in_flight(), timeout_seconds=block)
+                got = self.poll(0.0)
             else:  # runners are being restored: let the group move them along
                 time.sleep(wait)
                 got = 0

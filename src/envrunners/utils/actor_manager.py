@@ -943,6 +943,34 @@ class FaultTolerantActorManager:
                 self._fire_pending(actor_id, only_free_slots=True)
         return results
 
+    def wait_async_reqs(
+        self,
+        tags: str | list[str] | tuple[str, ...] | None,
+        timeout_seconds: float,
+        *,
+        request_timeout_s: float | None = None,
+    ) -> bool:
+        """Block until ONE async call of ``tags`` is done (or ``timeout_seconds``); whether one is.
+
+        Why: ``fetch_ready_async_reqs`` waits for all calls or the timeout, so a
+        caller that wants each result as soon as it comes had to poll with short
+        timeouts, a full bookkeeping pass per wake-up. This collects nothing (fetch
+        with ``timeout_seconds=0`` next); with ``request_timeout_s`` the wait also
+        ends when the oldest running call reaches that deadline.
+        """
+        match = _tag_matcher(tags)
+        refs = [r for r, m in self._in_flight_req_to_actor_id.items() if match(m[0])]
+        if not refs:
+            return False
+        import ray
+
+        left = max(0.0, timeout_seconds)
+        expiry = self._next_expiry(request_timeout_s, match)
+        if expiry is not None:
+            left = min(left, max(0.005, expiry - time.monotonic()))
+        ready, _ = ray.wait(refs, num_returns=1, timeout=left, fetch_local=True)
+        return bool(ready)
+
     def _take_in_flight(self, ref: Any) -> None:
         """Forget a collected async call (its slot is free again)."""
         tag, actor_id = self._in_flight_req_to_actor_id.pop(ref)

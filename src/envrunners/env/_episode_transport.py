@@ -1,0 +1,243 @@
+"""Episode pickling: every numeric array of an episode in one contiguous byte block.
+
+Why: a ``sample()`` result is hundreds of short episodes (CartPole: ~120 per
+2,000 steps), each with ~7 small arrays, and the driver unpickles all of them.
+Pickled field by field, every array costs a numpy reconstruct call (Python code)
+and every buffer and info dict a few objects; that was the largest part of the
+driver's CPU in continuous sampling. Here an episode pickles as a header of
+plain values (ids, flags, spaces, each column's layout) and ONE block holding
+all its packable arrays (contiguous copies at 16-byte aligned offsets).
+
+With pickle protocol 5 the block travels as a ``PickleBuffer``: Ray sends it
+out-of-band without copies (the arrays then are read-only, like every array Ray
+deserializes), plain ``pickle`` stores it in-band and loads it as a writable
+``bytearray``. The rebuilt columns are numpy VIEWS into the block, so a rebuilt
+episode is an ordinary finalized episode: appends and ``concat_episode``
+concatenate into new arrays, setters write into its own part of the block.
+
+Everything else round-trips as plain pickle would: list (not finalized)
+buffers, object arrays, namedtuple or other non-dict/tuple containers, custom
+data, infos (a column of distinct empty dicts travels as its length), the
+``_last_added_*`` references (identity with the buffers' items kept, as pickle's
+memo keeps it) and the extra attributes of subclasses.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import pickle
+import sys
+from typing import Any
+
+import numpy as np
+
+from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
+
+__all__ = ["episode_reduce", "own_slots", "rebuild_episode"]
+
+#: Offsets of the packed arrays in the block are multiples of this (any dtype's alignment).
+_ALIGN = 16
+#: The slots of ``SingleAgentEpisode`` that hold buffers; every other slot travels as is.
+_COLUMN_SLOTS = frozenset(("observations", "infos", "actions", "rewards", "extra_model_outputs"))
+#: How a column's data travels: one packed array, a dict/tuple tree with packed
+#: leaves, ``n`` distinct empty info dicts, the data as is, or the whole buffer as is.
+_ARRAY, _TREE, _EMPTY_INFOS, _RAW, _BUFFER = range(5)
+
+_dtypes: dict[str, np.dtype] = {}
+
+
+class _Slot(int):
+    """A packed array's place in a column tree: its index in the block layout."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Slot, (int(self),))
+
+
+def _packable(x: Any) -> bool:
+    """Whether ``x`` is a plain numpy array whose bytes are all of its data."""
+    return type(x) is np.ndarray and not x.dtype.hasobject and x.dtype.fields is None
+
+
+class _Packer:
+    """Collects the packable arrays of one episode and their layout in the block."""
+
+    __slots__ = ("arrays", "layout", "size")
+
+    def __init__(self) -> None:
+        self.arrays: list[np.ndarray] = []
+        #: Per packed array: dtype string, shape, byte offset (flat, in that order).
+        self.layout: list[Any] = []
+        self.size = 0
+
+    def add(self, array: np.ndarray) -> int:
+        offset = self.size
+        self.layout += (sys.intern(array.dtype.str), array.shape, offset)
+        self.size = offset + (-(-array.nbytes // _ALIGN) * _ALIGN)
+        self.arrays.append(array)
+        return len(self.arrays) - 1
+
+    def tree(self, data: Any) -> Any:
+        """``data`` with its packable leaves replaced by ``_Slot`` markers (exact dicts/tuples)."""
+        if _packable(data):
+            return _Slot(self.add(data))
+        if type(data) is dict:
+            return {k: self.tree(v) for k, v in data.items()}
+        if type(data) is tuple:
+            return tuple(self.tree(v) for v in data)
+        return data
+
+    def column(self, buf: Any) -> tuple[Any, ...]:
+        """Encode one buffer as ``(kind, payload, lookback, finalized, space, space_struct)``."""
+        if type(buf) is not InfiniteLookbackBuffer:
+            return (_BUFFER, buf, None, None, None, None)
+        data = buf.data
+        if _packable(data):
+            kind, payload = _ARRAY, self.add(data)
+        elif type(data) is dict or type(data) is tuple:
+            n = len(self.arrays)
+            payload = self.tree(data)
+            kind = _TREE if len(self.arrays) > n else _RAW
+        else:
+            kind, payload = _RAW, data
+        return (kind, payload, buf.lookback, buf.finalized, buf._space, buf.space_struct)
+
+    def infos(self, buf: Any, last_added_infos: Any) -> tuple[Any, ...]:
+        """Encode the infos buffer; a list of distinct empty dicts travels as its length."""
+        data = buf.data if type(buf) is InfiniteLookbackBuffer else None
+        if (
+            type(data) is list
+            and last_added_infos is None
+            and set(map(type, data)) <= {dict}
+            and not any(data)
+            and len(set(map(id, data))) == len(data)
+        ):
+            return (_EMPTY_INFOS, len(data), buf.lookback, buf.finalized, buf._space, None)
+        return self.column(buf)
+
+    def block(self) -> np.ndarray:
+        """All packed arrays, copied into one uint8 block at their offsets."""
+        block = np.empty(self.size, np.uint8)
+        layout = self.layout
+        for i, array in enumerate(self.arrays):
+            if array.size:
+                dest = np.ndarray(array.shape, layout[3 * i], block, layout[3 * i + 2])
+                dest[...] = array
+        return block
+
+
+def episode_reduce(episode: Any, protocol: int, base: type) -> tuple[Any, ...]:
+    """``__reduce_ex__`` of ``SingleAgentEpisode``: ``(rebuild_episode, (cls, header, block))``.
+
+    The block is a ``PickleBuffer`` with protocol >= 5 (out-of-band with Ray),
+    else a ``bytearray`` (one copy; ``copy.deepcopy`` takes this path). ``base``
+    is ``SingleAgentEpisode``: what a subclass adds travels as its state.
+    """
+    packer = _Packer()
+    columns = [
+        packer.column(episode.observations),
+        packer.infos(episode.infos, episode._last_added_infos),
+        packer.column(episode.actions),
+        packer.column(episode.rewards),
+    ]
+    extra_keys = tuple(episode.extra_model_outputs)
+    columns += [packer.column(b) for b in episode.extra_model_outputs.values()]
+    cls = type(episode)
+    names, values = _plain_slots(base)
+    header = (
+        names,
+        values(episode),
+        tuple(packer.layout),
+        tuple(columns),
+        extra_keys,
+        None if cls is base else _subclass_state(episode, base),
+    )
+    block = packer.block()
+    if protocol >= 5:
+        return (rebuild_episode, (cls, header, pickle.PickleBuffer(block)))
+    return (rebuild_episode, (cls, header, bytearray(block.data)))
+
+
+@functools.cache
+def _plain_slots(base: type) -> tuple[tuple[str, ...], Any]:
+    """The slots of ``base`` other than the buffers, and a getter of their values."""
+    names = tuple(s for s in base.__slots__ if s not in _COLUMN_SLOTS)
+    return names, operator.attrgetter(*names)
+
+
+def _subclass_state(episode: Any, base: type) -> tuple[Any, dict[str, Any]]:
+    """A subclass's own ``__dict__`` and the values of the slots it adds to ``base``."""
+    slots: dict[str, Any] = {}
+    for klass in type(episode).__mro__:
+        if klass is base:
+            break
+        for name in own_slots(klass):
+            if hasattr(episode, name):
+                slots[name] = getattr(episode, name)
+    return getattr(episode, "__dict__", None), slots
+
+
+def own_slots(klass: type) -> tuple[str, ...]:
+    """The data slots ``klass`` itself declares (not inherited, no ``__dict__``/``__weakref__``)."""
+    slots = klass.__dict__.get("__slots__", ())
+    if isinstance(slots, str):
+        slots = (slots,)
+    return tuple(s for s in slots if s not in ("__dict__", "__weakref__"))
+
+
+def _dtype(s: str) -> np.dtype:
+    dtype = _dtypes[s] = np.dtype(s)
+    return dtype
+
+
+def rebuild_episode(cls: type, header: tuple[Any, ...], block: Any) -> Any:
+    """Rebuild an episode from ``episode_reduce`` output; its arrays are views into ``block``."""
+    names, plain, layout, columns, extra_keys, subclass_state = header
+    views = []
+    ndarray, dtypes = np.ndarray, _dtypes
+    for i in range(0, len(layout), 3):
+        shape = layout[i + 1]
+        dtype = dtypes.get(layout[i]) or _dtype(layout[i])
+        if 0 in shape:
+            views.append(np.empty(shape, dtype))
+        else:
+            views.append(ndarray(shape, dtype, block, layout[i + 2]))
+    raw = InfiniteLookbackBuffer._raw
+    buffers = []
+    for kind, payload, lookback, finalized, space, space_struct in columns:
+        if kind == _ARRAY:
+            data = views[payload]
+        elif kind == _EMPTY_INFOS:
+            data = [{} for _ in range(payload)]
+        elif kind == _BUFFER:
+            buffers.append(payload)
+            continue
+        elif kind == _TREE:
+            data = _fill_tree(payload, views)
+        else:
+            data = payload
+        buffers.append(raw(data, lookback, space, space_struct, finalized))
+    ep = object.__new__(cls)
+    for name, value in zip(names, plain):
+        setattr(ep, name, value)
+    ep.observations, ep.infos, ep.actions, ep.rewards = buffers[:4]
+    ep.extra_model_outputs = dict(zip(extra_keys, buffers[4:]))
+    if subclass_state is not None:
+        instance_dict, slots = subclass_state
+        if instance_dict:
+            ep.__dict__.update(instance_dict)
+        for name, value in slots.items():
+            setattr(ep, name, value)
+    return ep
+
+
+def _fill_tree(tree: Any, views: list[np.ndarray]) -> Any:
+    if type(tree) is _Slot:
+        return views[tree]
+    if type(tree) is dict:
+        return {k: _fill_tree(v, views) for k, v in tree.items()}
+    if type(tree) is tuple:
+        return tuple(_fill_tree(v, views) for v in tree)
+    return tree
