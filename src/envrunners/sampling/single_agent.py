@@ -233,12 +233,13 @@ class SingleAgentSampler:
         if self._actions is None:
             self._actions = ColumnBuffer(actions, capacity)
         self._actions.write(row, actions)
+        buffers = self._extras
         for key, value in extras.items():
-            buf = self._extras.get(key)
+            buf = buffers.get(key)
             if buf is None:
-                buf = self._extras[key] = ColumnBuffer(value, capacity)
+                buf = buffers[key] = ColumnBuffer(value, capacity)
             buf.write(row, value)
-            self._extras_written.add(key)
+        self._extras_written.update(extras)
 
     # -- the loop ------------------------------------------------------------------
     def run(
@@ -382,7 +383,7 @@ class SingleAgentSampler:
                 if recurrent is not None:
                     # The reset observation in this row starts from the initial state.
                     recurrent.reset(new_start)
-            if done.any():
+            if np.count_nonzero(done):  # (a C call; ``done.any()`` goes through Python)
                 pending = np.flatnonzero(done).tolist()
                 now = time.time()
                 for i in pending:
@@ -539,7 +540,7 @@ class SingleAgentSampler:
                 if recurrent is not None:
                     recurrent.reset(starts.tolist())
             pending[ids] = done
-            if done.any():
+            if np.count_nonzero(done):
                 now = time.time()
                 for j in np.flatnonzero(done).tolist():
                     i = int(ids[j])
@@ -595,12 +596,13 @@ class SingleAgentSampler:
         if self._actions is None:
             self._actions = ColumnBuffer.for_envs(actions, self.num_envs, capacity)
         self._actions.write_at(rows, ids, actions)
+        buffers = self._extras
         for key, value in extras.items():
-            buf = self._extras.get(key)
+            buf = buffers.get(key)
             if buf is None:
-                buf = self._extras[key] = ColumnBuffer.for_envs(value, self.num_envs, capacity)
+                buf = buffers[key] = ColumnBuffer.for_envs(value, self.num_envs, capacity)
             buf.write_at(rows, ids, value)
-            self._extras_written.add(key)
+        self._extras_written.update(extras)
 
     def _store_infos(self, rows: np.ndarray, ids: np.ndarray, infos: list[dict]) -> None:
         """Keep the non-empty info dicts of a ready-first batch at each sub-env's row."""
@@ -780,21 +782,33 @@ class SingleAgentSampler:
             return
         blocks = _Blocks(self, row)
         lb_len = self._lb_len
+        # One scan for the whole call: with no info dict in any row, every episode's
+        # infos are empty dicts (the common case, without a per-row look per episode).
+        any_infos = any(self._infos[: row + 1])
 
         def first_row(env: int, start: int) -> int:
             return start - lb_len[env] if start == base else start
 
+        done, done_index, stats_out = result.done, result.done_env_index, result.episode_stats
         for i, start, stop, state, end_time in finished:
             episode, stats = self._build(
-                blocks, i, first_row(i, start), start, stop, state, True, end_time
+                blocks, i, first_row(i, start), start, stop, state, True, end_time, any_infos
             )
-            result.done.append(episode)
-            result.done_env_index.append(i)
-            result.episode_stats.append(stats)
+            done.append(episode)
+            done_index.append(i)
+            stats_out.append(stats)
         for i in ongoing:
             start = seg_start[i]
             chunk, _ = self._build(
-                blocks, i, first_row(i, start), start, ends[i], self._states[i], False, 0.0
+                blocks,
+                i,
+                first_row(i, start),
+                start,
+                ends[i],
+                self._states[i],
+                False,
+                0.0,
+                any_infos,
             )
             result.ongoing.append(chunk)
             result.ongoing_env_index.append(i)
@@ -803,9 +817,9 @@ class SingleAgentSampler:
         obs, infos = self.env.reset()
         return obs, infos
 
-    def _infos_for(self, env: int, start: int, stop: int) -> list[dict]:
+    def _infos_for(self, env: int, start: int, stop: int, any_infos: bool = True) -> list[dict]:
         rows = self._infos
-        if not any(rows[start:stop]):  # no sub-env returned a non-empty info dict
+        if not any_infos or not any(rows[start:stop]):  # no sub-env returned an info dict
             return [{} for _ in range(start, stop)]
         return [({} if rows[r] is None else rows[r][env]) for r in range(start, stop)]
 
@@ -819,13 +833,18 @@ class SingleAgentSampler:
         state: _EpisodeState,
         finished: bool,
         end_time: float,
+        any_infos: bool = True,
     ) -> tuple[SingleAgentEpisode, EpisodeStats]:
         """Cut sub-env ``env``'s episode out of rows ``[first, last_obs_row]``.
 
-        Rows ``[first, start)`` are the lookback carried from the previous chunk.
+        Rows ``[first, start)`` are the lookback carried from the previous chunk;
+        ``any_infos`` False: no row of this call holds an info dict.
         """
         n = last_obs_row - start
-        extras = {k: b(env, first, last_obs_row) for k, b in blocks.extras.items()}
+        extras = {
+            k: column[env, first:last_obs_row] if flat else column(env, first, last_obs_row)
+            for k, column, flat in blocks.extras
+        }
         extras["weights_seq_no"] = blocks.seq_no[env, first:last_obs_row]
         terminated = bool(finished and self._terms[last_obs_row - 1, env])
         truncated = bool(finished and not terminated and self._truncs[last_obs_row - 1, env])
@@ -834,7 +853,7 @@ class SingleAgentSampler:
             observations=blocks.obs(env, first, last_obs_row + 1),
             actions=blocks.actions(env, first, last_obs_row),
             rewards=blocks.rewards[env, first:last_obs_row],
-            infos=self._infos_for(env, first, last_obs_row + 1),
+            infos=self._infos_for(env, first, last_obs_row + 1, any_infos),
             extra_model_outputs=extras,
             terminated=terminated,
             truncated=truncated,
@@ -885,17 +904,23 @@ class _Blocks:
         # Per sub-env running sums (float64) give every chunk's return by one subtraction.
         self._cum_rewards = np.zeros((sampler.num_envs, row + 1))
         np.cumsum(self.rewards, axis=1, out=self._cum_rewards[:, 1:])
+        # As Python floats (the same float64 values): one subtraction per chunk, no
+        # numpy scalar indexing per episode.
+        self._cum_list = self._cum_rewards.tolist()
         self.seq_no = sampler._seq[:row].T.copy()
-        self.extras = {
-            k: _slicer(_to_env_major(buf.data, row))
-            for k, buf in sampler._extras.items()
-            if k in sampler._extras_written
-        }
+        #: ``(key, block, flat)``: a plain array block is sliced directly (``flat``),
+        #: a nested one through its ``_slicer``.
+        self.extras = []
+        for k, buf in sampler._extras.items():
+            if k in sampler._extras_written:
+                block = _to_env_major(buf.data, row)
+                flat = isinstance(block, np.ndarray)
+                self.extras.append((k, block if flat else _slicer(block), flat))
 
     def reward_sum(self, env: int, start: int, stop: int) -> float:
         """Sum of sub-env ``env``'s rewards in rows ``[start, stop)``."""
-        cum = self._cum_rewards
-        return float(cum[env, stop] - cum[env, start])
+        cum = self._cum_list[env]
+        return cum[stop] - cum[start]
 
 
 def _to_env_major(data: Any, rows: int) -> Any:
