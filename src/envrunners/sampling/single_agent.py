@@ -516,21 +516,24 @@ class SingleAgentSampler:
                 n_fresh -= int(first.sum())
             else:
                 newp = p + 1
-            self._rewards[p, ids] = rewards if reward_fn is None else reward_fn(rewards)
-            self._terms[p, ids] = terms
-            self._truncs[p, ids] = truncs
+            # Flat cell indices ``row * n_envs + env`` (1-D fancy indexing is the cheap kind).
+            cells = p * n_envs + ids
+            new_cells = newp * n_envs + ids
+            self._rewards.reshape(-1)[cells] = rewards if reward_fn is None else reward_fn(rewards)
+            self._terms.reshape(-1)[cells] = terms
+            self._truncs.reshape(-1)[cells] = truncs
             ptr[ids] = newp
             obs = obs_fn(raw_obs)
             if self._obs is None:
                 self._obs = ColumnBuffer.for_envs(obs, n_envs, self._rows_capacity + 1)
-            self._obs.write_at(newp, ids, obs)
+            self._obs.write_at(new_cells, obs)
             if any(infos):
                 self._store_infos(newp, ids, infos)
             n_new = int(np.count_nonzero(new))
             ts += len(ids) - n_new
             done = np.logical_or(terms, truncs)
             if recurrent is not None and self._actions is not None:
-                recurrent.after_step_rows(ids, self._actions.gather(p, ids), rewards)
+                recurrent.after_step_rows(ids, self._actions.gather(cells), rewards)
             if n_new:
                 starts = ids[new]
                 seg_start[starts] = newp[new]
@@ -553,16 +556,16 @@ class SingleAgentSampler:
                 actions = _first_rows(action_space.sample(), len(ids))
                 extras: dict[str, Any] = {}
             elif recurrent is None:
-                actions, extras = act_fn(self._obs.gather(newp, ids), explore, t_offset + ts)
+                actions, extras = act_fn(self._obs.gather(new_cells), explore, t_offset + ts)
             else:
                 state_in, extra_in = recurrent.rows(ids)
                 actions, extras, state_out = act_fn(
-                    self._obs.gather(newp, ids), explore, t_offset + ts, state_in, extra_in
+                    self._obs.gather(new_cells), explore, t_offset + ts, state_in, extra_in
                 )
                 recurrent.set_rows(ids, state_out)
                 extras[Columns.STATE_OUT] = state_out
             env_actions = action_fn(actions)
-            self._write_outputs_at(newp, ids, actions, extras)
+            self._write_outputs_at(new_cells, actions, extras)
             if self.check_fn is not None:
                 check, self.check_fn = self.check_fn, None
                 check(raw_obs, env_actions)
@@ -588,20 +591,19 @@ class SingleAgentSampler:
             self._extras_written |= prev_written
         return result
 
-    def _write_outputs_at(
-        self, rows: np.ndarray, ids: np.ndarray, actions: Any, extras: dict
-    ) -> None:
-        """Write a ready-first batch's actions and extra outputs at each sub-env's row."""
+    def _write_outputs_at(self, cells: np.ndarray, actions: Any, extras: dict) -> None:
+        """Write a ready-first batch's actions and extra outputs at each sub-env's row
+        (``cells``: ``row * num_envs + env`` per sub-env, see ``ColumnBuffer.cells``)."""
         capacity = self._obs.capacity
         if self._actions is None:
             self._actions = ColumnBuffer.for_envs(actions, self.num_envs, capacity)
-        self._actions.write_at(rows, ids, actions)
+        self._actions.write_at(cells, actions)
         buffers = self._extras
         for key, value in extras.items():
             buf = buffers.get(key)
             if buf is None:
                 buf = buffers[key] = ColumnBuffer.for_envs(value, self.num_envs, capacity)
-            buf.write_at(rows, ids, value)
+            buf.write_at(cells, value)
         self._extras_written.update(extras)
 
     def _store_infos(self, rows: np.ndarray, ids: np.ndarray, infos: list[dict]) -> None:
