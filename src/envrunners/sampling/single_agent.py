@@ -67,9 +67,10 @@ MAX_LOST_STEPS_FACTOR = 20
 SingleAgentSampleResult = SampleResult[SingleAgentEpisode, EpisodeStats]
 
 
-@dataclass
+@dataclass(slots=True)
 class _EpisodeState:
-    """Per-sub-env bookkeeping for the episode in progress."""
+    """Per-sub-env bookkeeping for the episode in progress (slots: one GC-tracked object
+    fewer per episode)."""
 
     id_: str
     t0: int = 0  # episode timestep of this call's first obs row for this episode
@@ -819,10 +820,14 @@ class SingleAgentSampler:
         obs, infos = self.env.reset()
         return obs, infos
 
-    def _infos_for(self, env: int, start: int, stop: int, any_infos: bool = True) -> list[dict]:
+    def _infos_for(
+        self, env: int, start: int, stop: int, any_infos: bool = True
+    ) -> list[dict] | None:
+        """Sub-env ``env``'s info dicts of rows ``[start, stop)``; None when all are empty
+        (``from_columns`` then makes the empty dicts itself, without a list copy)."""
         rows = self._infos
         if not any_infos or not any(rows[start:stop]):  # no sub-env returned an info dict
-            return [{} for _ in range(start, stop)]
+            return None
         return [({} if rows[r] is None else rows[r][env]) for r in range(start, stop)]
 
     def _build(
