@@ -911,9 +911,6 @@ class _Blocks:
         # Per sub-env running sums (float64) give every chunk's return by one subtraction.
         self._cum_rewards = np.zeros((sampler.num_envs, row + 1))
         np.cumsum(self.rewards, axis=1, out=self._cum_rewards[:, 1:])
-        # As Python floats (the same float64 values): one subtraction per chunk, no
-        # numpy scalar indexing per episode.
-        self._cum_list = self._cum_rewards.tolist()
         self.seq_no = sampler._seq[:row].T.copy()
         #: ``(key, block, flat)``: a plain array block is sliced directly (``flat``),
         #: a nested one through its ``_slicer``.
@@ -926,8 +923,8 @@ class _Blocks:
 
     def reward_sum(self, env: int, start: int, stop: int) -> float:
         """Sum of sub-env ``env``'s rewards in rows ``[start, stop)``."""
-        cum = self._cum_list[env]
-        return cum[stop] - cum[start]
+        cum = self._cum_rewards
+        return float(cum[env, stop] - cum[env, start])
 
 
 def _to_env_major(data: Any, rows: int) -> Any:
