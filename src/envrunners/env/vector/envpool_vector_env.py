@@ -249,10 +249,11 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         return pool
 
     def _recv_arrays(self) -> tuple[Any, ...]:
-        """EnvPool's ``recv()``: ``(obs, rewards, terminated, truncated, info)``.
+        """EnvPool's ``recv()`` as ``(obs, rewards, terminated, truncated, env_ids, info)``.
 
-        On the fast path (see :meth:`_direct_plan`) ``info`` is just the ``env_id`` array,
-        computed as EnvPool's gymnasium wrapper does (``terminated = done & ~trunc``).
+        On the fast path (see :meth:`_direct_plan`) ``info`` is None (no infos are
+        returned then) and ``terminated`` is computed as EnvPool's gymnasium wrapper
+        does it (``done & ~trunc``).
         """
         index = self._recv_index
         if index is None:
