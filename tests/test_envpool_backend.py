@@ -327,3 +327,30 @@ def test_config_accepts_envpool_mode_and_names_it_in_errors():
     assert config.gym_env_vectorize_mode == "envpool"
     with pytest.raises(ConfigError, match="'envpool'"):
         AlgorithmConfig().env_runners(gym_env_vectorize_mode="envpol")
+
+
+def test_direct_send_recv_gives_what_envpools_own_calls_give():
+    """The fast path to the pool's C++ ``_send``/``_recv`` changes nothing in the results."""
+    n, steps = 3, 150
+    script = np.random.default_rng(3).integers(0, 2, (steps, n))
+    runs = []
+    for direct in (True, False):
+        env = EnvPoolVectorEnv("CartPole-v1", n, seed=11)
+        try:
+            assert env._recv_index is not None and env._send_order is not None
+            if not direct:  # EnvPool's own Python send/recv
+                env._recv_index = env._send_order = None
+            obs, _ = env.reset()
+            rows = [(obs.copy(),)]
+            for t in range(steps):
+                obs, rew, te, tr, infos = env.step(script[t])
+                assert infos == [{}] * n
+                rows.append((obs.copy(), rew.copy(), te.copy(), tr.copy()))
+            runs.append(rows)
+        finally:
+            env.close()
+    for fast, own in zip(*runs, strict=True):
+        for a, b in zip(fast, own, strict=True):
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype
+    assert sum(row[2].sum() for row in runs[0][1:]) >= 2  # episode ends (autoresets) crossed

@@ -67,9 +67,10 @@ MAX_LOST_STEPS_FACTOR = 20
 SingleAgentSampleResult = SampleResult[SingleAgentEpisode, EpisodeStats]
 
 
-@dataclass
+@dataclass(slots=True)
 class _EpisodeState:
-    """Per-sub-env bookkeeping for the episode in progress."""
+    """Per-sub-env bookkeeping for the episode in progress (slots: one GC-tracked object
+    fewer per episode)."""
 
     id_: str
     t0: int = 0  # episode timestep of this call's first obs row for this episode
@@ -233,12 +234,13 @@ class SingleAgentSampler:
         if self._actions is None:
             self._actions = ColumnBuffer(actions, capacity)
         self._actions.write(row, actions)
+        buffers = self._extras
         for key, value in extras.items():
-            buf = self._extras.get(key)
+            buf = buffers.get(key)
             if buf is None:
-                buf = self._extras[key] = ColumnBuffer(value, capacity)
+                buf = buffers[key] = ColumnBuffer(value, capacity)
             buf.write(row, value)
-            self._extras_written.add(key)
+        self._extras_written.update(extras)
 
     # -- the loop ------------------------------------------------------------------
     def run(
@@ -382,7 +384,7 @@ class SingleAgentSampler:
                 if recurrent is not None:
                     # The reset observation in this row starts from the initial state.
                     recurrent.reset(new_start)
-            if done.any():
+            if np.count_nonzero(done):  # (a C call; ``done.any()`` goes through Python)
                 pending = np.flatnonzero(done).tolist()
                 now = time.time()
                 for i in pending:
@@ -515,21 +517,24 @@ class SingleAgentSampler:
                 n_fresh -= int(first.sum())
             else:
                 newp = p + 1
-            self._rewards[p, ids] = rewards if reward_fn is None else reward_fn(rewards)
-            self._terms[p, ids] = terms
-            self._truncs[p, ids] = truncs
+            # Flat cell indices ``row * n_envs + env`` (1-D fancy indexing is the cheap kind).
+            cells = p * n_envs + ids
+            new_cells = newp * n_envs + ids
+            self._rewards.reshape(-1)[cells] = rewards if reward_fn is None else reward_fn(rewards)
+            self._terms.reshape(-1)[cells] = terms
+            self._truncs.reshape(-1)[cells] = truncs
             ptr[ids] = newp
             obs = obs_fn(raw_obs)
             if self._obs is None:
                 self._obs = ColumnBuffer.for_envs(obs, n_envs, self._rows_capacity + 1)
-            self._obs.write_at(newp, ids, obs)
+            self._obs.write_at(new_cells, obs)
             if any(infos):
                 self._store_infos(newp, ids, infos)
             n_new = int(np.count_nonzero(new))
             ts += len(ids) - n_new
             done = np.logical_or(terms, truncs)
             if recurrent is not None and self._actions is not None:
-                recurrent.after_step_rows(ids, self._actions.gather(p, ids), rewards)
+                recurrent.after_step_rows(ids, self._actions.gather(cells), rewards)
             if n_new:
                 starts = ids[new]
                 seg_start[starts] = newp[new]
@@ -539,7 +544,7 @@ class SingleAgentSampler:
                 if recurrent is not None:
                     recurrent.reset(starts.tolist())
             pending[ids] = done
-            if done.any():
+            if np.count_nonzero(done):
                 now = time.time()
                 for j in np.flatnonzero(done).tolist():
                     i = int(ids[j])
@@ -552,16 +557,16 @@ class SingleAgentSampler:
                 actions = _first_rows(action_space.sample(), len(ids))
                 extras: dict[str, Any] = {}
             elif recurrent is None:
-                actions, extras = act_fn(self._obs.gather(newp, ids), explore, t_offset + ts)
+                actions, extras = act_fn(self._obs.gather(new_cells), explore, t_offset + ts)
             else:
                 state_in, extra_in = recurrent.rows(ids)
                 actions, extras, state_out = act_fn(
-                    self._obs.gather(newp, ids), explore, t_offset + ts, state_in, extra_in
+                    self._obs.gather(new_cells), explore, t_offset + ts, state_in, extra_in
                 )
                 recurrent.set_rows(ids, state_out)
                 extras[Columns.STATE_OUT] = state_out
             env_actions = action_fn(actions)
-            self._write_outputs_at(newp, ids, actions, extras)
+            self._write_outputs_at(new_cells, actions, extras)
             if self.check_fn is not None:
                 check, self.check_fn = self.check_fn, None
                 check(raw_obs, env_actions)
@@ -587,20 +592,20 @@ class SingleAgentSampler:
             self._extras_written |= prev_written
         return result
 
-    def _write_outputs_at(
-        self, rows: np.ndarray, ids: np.ndarray, actions: Any, extras: dict
-    ) -> None:
-        """Write a ready-first batch's actions and extra outputs at each sub-env's row."""
+    def _write_outputs_at(self, cells: np.ndarray, actions: Any, extras: dict) -> None:
+        """Write a ready-first batch's actions and extra outputs at each sub-env's row
+        (``cells``: ``row * num_envs + env`` per sub-env, see ``ColumnBuffer.cells``)."""
         capacity = self._obs.capacity
         if self._actions is None:
             self._actions = ColumnBuffer.for_envs(actions, self.num_envs, capacity)
-        self._actions.write_at(rows, ids, actions)
+        self._actions.write_at(cells, actions)
+        buffers = self._extras
         for key, value in extras.items():
-            buf = self._extras.get(key)
+            buf = buffers.get(key)
             if buf is None:
-                buf = self._extras[key] = ColumnBuffer.for_envs(value, self.num_envs, capacity)
-            buf.write_at(rows, ids, value)
-            self._extras_written.add(key)
+                buf = buffers[key] = ColumnBuffer.for_envs(value, self.num_envs, capacity)
+            buf.write_at(cells, value)
+        self._extras_written.update(extras)
 
     def _store_infos(self, rows: np.ndarray, ids: np.ndarray, infos: list[dict]) -> None:
         """Keep the non-empty info dicts of a ready-first batch at each sub-env's row."""
@@ -780,21 +785,33 @@ class SingleAgentSampler:
             return
         blocks = _Blocks(self, row)
         lb_len = self._lb_len
+        # One scan for the whole call: with no info dict in any row, every episode's
+        # infos are empty dicts (the common case, without a per-row look per episode).
+        any_infos = any(self._infos[: row + 1])
 
         def first_row(env: int, start: int) -> int:
             return start - lb_len[env] if start == base else start
 
+        done, done_index, stats_out = result.done, result.done_env_index, result.episode_stats
         for i, start, stop, state, end_time in finished:
             episode, stats = self._build(
-                blocks, i, first_row(i, start), start, stop, state, True, end_time
+                blocks, i, first_row(i, start), start, stop, state, True, end_time, any_infos
             )
-            result.done.append(episode)
-            result.done_env_index.append(i)
-            result.episode_stats.append(stats)
+            done.append(episode)
+            done_index.append(i)
+            stats_out.append(stats)
         for i in ongoing:
             start = seg_start[i]
             chunk, _ = self._build(
-                blocks, i, first_row(i, start), start, ends[i], self._states[i], False, 0.0
+                blocks,
+                i,
+                first_row(i, start),
+                start,
+                ends[i],
+                self._states[i],
+                False,
+                0.0,
+                any_infos,
             )
             result.ongoing.append(chunk)
             result.ongoing_env_index.append(i)
@@ -803,10 +820,14 @@ class SingleAgentSampler:
         obs, infos = self.env.reset()
         return obs, infos
 
-    def _infos_for(self, env: int, start: int, stop: int) -> list[dict]:
+    def _infos_for(
+        self, env: int, start: int, stop: int, any_infos: bool = True
+    ) -> list[dict] | None:
+        """Sub-env ``env``'s info dicts of rows ``[start, stop)``; None when all are empty
+        (``from_columns`` then makes the empty dicts itself, without a list copy)."""
         rows = self._infos
-        if not any(rows[start:stop]):  # no sub-env returned a non-empty info dict
-            return [{} for _ in range(start, stop)]
+        if not any_infos or not any(rows[start:stop]):  # no sub-env returned an info dict
+            return None
         return [({} if rows[r] is None else rows[r][env]) for r in range(start, stop)]
 
     def _build(
@@ -819,13 +840,18 @@ class SingleAgentSampler:
         state: _EpisodeState,
         finished: bool,
         end_time: float,
+        any_infos: bool = True,
     ) -> tuple[SingleAgentEpisode, EpisodeStats]:
         """Cut sub-env ``env``'s episode out of rows ``[first, last_obs_row]``.
 
-        Rows ``[first, start)`` are the lookback carried from the previous chunk.
+        Rows ``[first, start)`` are the lookback carried from the previous chunk;
+        ``any_infos`` False: no row of this call holds an info dict.
         """
         n = last_obs_row - start
-        extras = {k: b(env, first, last_obs_row) for k, b in blocks.extras.items()}
+        extras = {
+            k: column[env, first:last_obs_row] if flat else column(env, first, last_obs_row)
+            for k, column, flat in blocks.extras
+        }
         extras["weights_seq_no"] = blocks.seq_no[env, first:last_obs_row]
         terminated = bool(finished and self._terms[last_obs_row - 1, env])
         truncated = bool(finished and not terminated and self._truncs[last_obs_row - 1, env])
@@ -834,7 +860,7 @@ class SingleAgentSampler:
             observations=blocks.obs(env, first, last_obs_row + 1),
             actions=blocks.actions(env, first, last_obs_row),
             rewards=blocks.rewards[env, first:last_obs_row],
-            infos=self._infos_for(env, first, last_obs_row + 1),
+            infos=self._infos_for(env, first, last_obs_row + 1, any_infos),
             extra_model_outputs=extras,
             terminated=terminated,
             truncated=truncated,
@@ -886,11 +912,14 @@ class _Blocks:
         self._cum_rewards = np.zeros((sampler.num_envs, row + 1))
         np.cumsum(self.rewards, axis=1, out=self._cum_rewards[:, 1:])
         self.seq_no = sampler._seq[:row].T.copy()
-        self.extras = {
-            k: _slicer(_to_env_major(buf.data, row))
-            for k, buf in sampler._extras.items()
-            if k in sampler._extras_written
-        }
+        #: ``(key, block, flat)``: a plain array block is sliced directly (``flat``),
+        #: a nested one through its ``_slicer``.
+        self.extras = []
+        for k, buf in sampler._extras.items():
+            if k in sampler._extras_written:
+                block = _to_env_major(buf.data, row)
+                flat = isinstance(block, np.ndarray)
+                self.extras.append((k, block if flat else _slicer(block), flat))
 
     def reward_sum(self, env: int, start: int, stop: int) -> float:
         """Sum of sub-env ``env``'s rewards in rows ``[start, stop)``."""

@@ -192,6 +192,46 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self._ids = np.arange(self.num_envs, dtype=np.int32)
         self.closed = False
 
+    def _direct_plan(self, pool: Any) -> None:
+        """Find the pool's C++ ``_recv`` / ``_send`` layout, for the stepping fast path.
+
+        Why: EnvPool's Python ``recv`` / ``send`` rebuild a config dict, a state dict
+        and a pytree per call (several microseconds, as much as stepping a batch of
+        classic-control envs). For a single-player pool with array actions and a
+        plain ``obs`` array, :meth:`_recv_arrays` and :meth:`_send_arrays` read the
+        same arrays by index and hand the same arrays over; anything else (or
+        ``return_infos``) keeps EnvPool's own calls.
+        """
+        self._recv_index: tuple[int, ...] | None = None
+        self._send_order: tuple[int, ...] | None = None
+        self._action_dtype: Any = None
+        #: Set once EnvPool's own ``send`` has checked an action's dtype and shape.
+        self._action_checked = False
+        try:
+            state_keys = list(pool._state_keys)
+            action_keys = list(pool._spec._action_keys)
+            action_dtype = pool._spec._action_spec[-1][0]
+            players = pool.config.get("max_num_players", 1)
+        except (AttributeError, IndexError, TypeError):
+            return
+        wanted = ("obs", "reward", "done", "trunc", "info:env_id")
+        if (
+            players != 1
+            or self.return_infos
+            or not callable(getattr(pool, "_recv", None))
+            or not callable(getattr(pool, "_send", None))
+            or any(key not in state_keys for key in wanted)
+            or sum(key.startswith("obs") for key in state_keys) != 1
+        ):
+            return
+        self._recv_index = tuple(state_keys.index(key) for key in wanted)
+        # ``send`` lists [env_id, players.env_id (the same ids), action] in the pool's order.
+        if sorted(action_keys) == ["action", "env_id", "players.env_id"]:
+            slots = {"env_id": 0, "players.env_id": 0, "action": 1}
+            if action_keys[-1] == "action":
+                self._send_order = tuple(slots[key] for key in action_keys)
+                self._action_dtype = action_dtype
+
     def _make_pool(self, seed: int) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -205,7 +245,35 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
             )
             # The spaces are built lazily, with the same float32 warning.
             pool.single_observation_space, pool.single_action_space  # noqa: B018
+        self._direct_plan(pool)
         return pool
+
+    def _recv_arrays(self) -> tuple[Any, ...]:
+        """EnvPool's ``recv()`` as ``(obs, rewards, terminated, truncated, env_ids, info)``.
+
+        On the fast path (see :meth:`_direct_plan`) ``info`` is None (no infos are
+        returned then) and ``terminated`` is computed as EnvPool's gymnasium wrapper
+        does it (``done & ~trunc``).
+        """
+        index = self._recv_index
+        if index is None:
+            obs, rewards, terms, truncs, info = self.pool.recv()
+            return obs, rewards, terms, truncs, info["env_id"], info
+        state = self.pool._recv()
+        done, truncs = state[index[2]], state[index[3]]
+        return state[index[0]], state[index[1]], done & ~truncs, truncs, state[index[4]], None
+
+    def _send_arrays(self, actions: np.ndarray, env_ids: np.ndarray | None) -> None:
+        """EnvPool's ``send(actions, env_ids)`` (all sub-envs for None), directly on the fast
+        path once EnvPool's own ``send`` has checked the first action."""
+        order = self._send_order
+        if order is None or not self._action_checked or type(actions) is not np.ndarray:
+            self.pool.send(actions, env_ids)
+            self._action_checked = True
+            return
+        ids = self._ids if env_ids is None else env_ids.astype(np.int32)
+        parts = (ids, actions.astype(self._action_dtype, order="C"))
+        self.pool._send([parts[slot] for slot in order])
 
     @property
     def is_async(self) -> bool:
@@ -216,7 +284,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
     def _obs_out(self, obs: np.ndarray) -> np.ndarray:
         return np.moveaxis(obs, 1, -1) if self._channels_last else obs
 
-    def _infos_out(self, info: dict, n: int) -> list[dict]:
+    def _infos_out(self, info: dict | None, n: int) -> list[dict]:
         if not self.return_infos:
             return [{} for _ in range(n)]
         flat = {
@@ -265,8 +333,9 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list]:
         """Step every sub-env; one whose last step ended its episode is reset instead."""
-        obs, rewards, terms, truncs, info = self.pool.step(np.asarray(actions))
-        obs, rewards, terms, truncs = self._in_id_order(info["env_id"], obs, rewards, terms, truncs)
+        self._send_arrays(np.asarray(actions), None)
+        obs, rewards, terms, truncs, env_ids, info = self._recv_arrays()
+        obs, rewards, terms, truncs = self._in_id_order(env_ids, obs, rewards, terms, truncs)
         return self._obs_out(obs), rewards, terms, truncs, self._infos_out(info, self.num_envs)
 
     # -- asynchronous API (EnvPool's send/recv) ---------------------------------------
@@ -295,8 +364,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         A sub-env whose previous result ended its episode comes back reset (reward 0,
         flags False) after its next ``send``, whatever action that carried.
         """
-        obs, rewards, terms, truncs, info = self.pool.recv()
-        env_ids = np.asarray(info["env_id"])
+        obs, rewards, terms, truncs, env_ids, info = self._recv_arrays()
+        env_ids = np.asarray(env_ids)
         return (
             env_ids,
             self._obs_out(obs),
@@ -308,7 +377,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
 
     def send(self, actions: Any, env_ids: Any) -> None:
         """Hand ``actions[j]`` to sub-env ``env_ids[j]`` (ids as ``recv()`` returned them)."""
-        self.pool.send(np.asarray(actions), np.asarray(env_ids, dtype=np.int32))
+        self._send_arrays(np.asarray(actions), np.asarray(env_ids, dtype=np.int32))
 
     # -- the rest of gymnasium's API ----------------------------------------------------
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:

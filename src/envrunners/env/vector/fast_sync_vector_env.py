@@ -178,6 +178,9 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
         flat = self._flat_obs
         out_obs = self._obs
         obs_items: list = []
+        # Iterating an array gives what ``actions[i]`` gives (numpy scalars or row views),
+        # without one indexing call per sub-env.
+        per_env = list(actions) if type(actions) is np.ndarray else actions
         autoreset = self._autoreset.tolist()
         for i, env in enumerate(self.envs):
             if autoreset[i]:
@@ -188,7 +191,7 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
                 reward, terminated, truncated = 0.0, False, False
             else:
                 try:
-                    obs, reward, terminated, truncated, info = env.step(actions[i])
+                    obs, reward, terminated, truncated, info = env.step(per_env[i])
                 except Exception as err:  # noqa: BLE001
                     obs, info = self._fail(i, err, "step")
                     reward, terminated, truncated = 0.0, False, False
