@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from ray.rllib.algorithms.ppo.torch.default_ppo_torch_rl_module import DefaultPPOTorchRLModule
 from ray.rllib.callbacks.callbacks import RLlibCallback
 from ray.rllib.connectors.env_to_module import (
@@ -49,6 +48,8 @@ from ray.rllib.utils.spaces.space_utils import (
     unsquash_action,
 )
 from ray.rllib.utils.torch_utils import convert_to_torch_tensor
+
+from envrunners.core.rl_module._numpy_forward import run_plan
 
 __all__ = [
     "DirectMLPForward",
@@ -288,6 +289,7 @@ class DirectMLPForward:
     _ACTIVATIONS = {torch.nn.Tanh: torch.Tensor.tanh_, torch.nn.ReLU: torch.Tensor.relu_}
 
     def __init__(self, plan: list[tuple[Any, ...]]):
+        #: ``(weight, bias, in-place activation or None)`` per Linear (``run_plan``'s form).
         self.plan = plan
 
     @classmethod
@@ -308,35 +310,31 @@ class DirectMLPForward:
         actor = encoder.encoder if encoder.config.shared else encoder.actor_encoder
         if type(actor) is not TorchMLPEncoder or pi.clip_log_std:
             return None
-        plan = cls._layers(actor.net), cls._layers(pi.net)
-        if plan[0] is None or plan[1] is None or not plan[0] or plan[0][0][0] is None:
-            return None  # the first op must be a Linear (activations run in place)
-        return cls(plan[0] + plan[1])
+        actor_plan, pi_plan = cls._layers(actor.net), cls._layers(pi.net)
+        if not actor_plan or pi_plan is None:
+            return None
+        return cls(actor_plan + pi_plan)
 
     @classmethod
-    def _layers(cls, net: Any) -> list[tuple[Any, ...]] | None:
-        """``(weight, bias, None)`` per Linear, ``(None, None, act_)`` per activation."""
+    def _layers(cls, net: Any) -> list[list[Any]] | None:
+        """``[weight, bias, in-place activation or None]`` per Linear of ``net``; None
+        unless every activation directly follows a Linear (it then runs in place)."""
         if type(net) is not TorchMLP or type(net).forward is not TorchMLP.forward:
             return None
-        out: list[tuple[Any, ...]] = []
+        out: list[list[Any]] = []
         for layer in net.mlp:
             if type(layer) is torch.nn.Linear:
                 bias = None if layer.bias is None else layer.bias.detach()
-                out.append((layer.weight.detach(), bias, None))
-            elif type(layer) in cls._ACTIVATIONS:
-                out.append((None, None, cls._ACTIVATIONS[type(layer)]))
+                out.append([layer.weight.detach(), bias, None])
+            elif type(layer) in cls._ACTIVATIONS and out and out[-1][2] is None:
+                out[-1][2] = cls._ACTIVATIONS[type(layer)]
             else:
                 return None
         return out
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """The action-distribution inputs for a ``(B, obs_dim)`` batch."""
-        for weight, bias, act in self.plan:
-            if weight is not None:
-                x = F.linear(x, weight, bias)
-            else:
-                act(x)
-        return x
+        return run_plan(self.plan, x)
 
 
 def _numpy(value: Any) -> Any:
