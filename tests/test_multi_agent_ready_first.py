@@ -39,6 +39,7 @@ from envrunners.errors import (
     ConfigError,
     EnvRunnerError,
     NonFiniteEnvDataError,
+    SpaceError,
     SubEnvError,
     VectorEnvWorkerDiedError,
 )
@@ -312,13 +313,21 @@ def test_close_stops_every_worker_and_leaves_no_shared_memory():
 
 # -- the runner -----------------------------------------------------------------------------
 def ma_runner(
-    num_envs=4, env=MultiAgentCartPole, env_config=None, spec=None, restart=False, **env_runners
+    num_envs=4,
+    env=MultiAgentCartPole,
+    env_config=None,
+    spec=None,
+    restart=False,
+    checking=True,
+    **env_runners,
 ):
     env_runners.setdefault("overlap_inference", False)
     env_runners.setdefault("gym_env_vectorize_mode", "shared_memory")
     config = (
         AlgorithmConfig()
-        .environment(env, env_config=env_config or {"num_agents": 2})
+        .environment(
+            env, env_config=env_config or {"num_agents": 2}, disable_env_checking=not checking
+        )
         .env_runners(num_envs_per_env_runner=num_envs, **env_runners)
         .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda aid, ep, **kw: "p0")
         .debugging(seed=0)
@@ -465,6 +474,41 @@ def test_config_keys_need_the_shared_memory_mode_and_fit_the_shares():
     try:  # the auto rule timed the env and the forward (its choice depends on the machine)
         assert runner._overlap_costs is not None and all(c > 0 for c in runner._overlap_costs)
         assert runner.env.is_async == (runner._ready_batch == 2)
+        assert sum(len(e) for e in runner.sample(num_timesteps=20)) >= 20
+    finally:
+        runner.stop()
+
+
+class OutOfSpaceResetCartPole(MultiAgentCartPole):
+    """Sub-env 2's agent 1 starts with its cart far outside the observation space."""
+
+    def __init__(self, config):
+        super().__init__({"num_agents": 2})
+        self.index = config.vector_index
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = super().reset(seed=seed, options=options)
+        if self.index == 2:
+            obs[1] = obs[1].copy()
+            obs[1][0] = 100.0
+        return obs, infos
+
+
+@pytest.mark.parametrize(
+    "keys", [{"gym_env_vectorize_mode": "sync"}, {"ready_first_batch_size": 2}]
+)
+def test_reset_observations_outside_the_space_name_the_sub_env_in_both_modes(keys):
+    runner = ma_runner(env=OutOfSpaceResetCartPole, **keys)
+    try:
+        with pytest.raises(
+            SpaceError, match=r"(?s)sub-environment 2 returned observation .* for agent 1"
+        ):
+            runner.sample(num_timesteps=20)
+    finally:
+        runner.stop()
+    # The user's way out, as the message says: no check, and sampling goes on.
+    runner = ma_runner(env=OutOfSpaceResetCartPole, checking=False, **keys)
+    try:
         assert sum(len(e) for e in runner.sample(num_timesteps=20)) >= 20
     finally:
         runner.stop()

@@ -276,10 +276,15 @@ def build_modules(config: Any, spaces: dict[str, tuple[gym.Space, gym.Space]]) -
     return multi
 
 
-def check_reset_observations(env: VectorMultiAgentEnv, obs: list[dict]) -> None:
-    """Raise ``SpaceError`` if a reset observation lies outside its agent's space."""
+def check_reset_observations(
+    env: VectorMultiAgentEnv, obs: list[dict], env_ids: Any = None
+) -> None:
+    """Raise ``SpaceError`` if a reset observation lies outside its agent's space.
+
+    ``env_ids``: the sub-env index of each entry of ``obs`` (default: its position).
+    """
     spaces = env.single_observation_spaces
-    for i, obs_i in enumerate(obs):
+    for i, obs_i in zip(range(len(obs)) if env_ids is None else env_ids, obs):
         for aid, o in obs_i.items():
             space = spaces.get(aid)
             if space is not None and not space.contains(o):

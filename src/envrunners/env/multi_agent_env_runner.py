@@ -22,7 +22,7 @@ import gymnasium as gym
 from envrunners.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
-from envrunners.env.env_runner import NewStackEnvRunner
+from envrunners.env.env_runner import ENV_STEP_FAILURE, NewStackEnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError, NonFiniteEnvDataError
 from envrunners.sampling._overlap_choice import decide_overlap
@@ -74,6 +74,8 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         self._ready_batch: int | None = None
         #: ``(env step s, forward s)`` that ``overlap_inference="auto"`` measured, if it did.
         self._overlap_costs: tuple[float, float] | None = None
+        #: Ready-first: sub-envs whose reset observations no recv() has brought yet.
+        self._unchecked_resets: set[int] = set()
         if runner_setup.should_create_env(self.config, self.worker_index):
             self.make_env()
         else:
@@ -115,7 +117,7 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
                 step_fn=self._try_env_step,
                 fire=self._fire_episode,
                 failed_fn=lambda: getattr(self.env, "failed", None),
-                recv_fn=self._recv_env,
+                recv_fn=self._recv_vector_env,
                 send_fn=self._send_env,
                 async_reset_fn=self._async_reset_vector_env,
                 **kwargs,
@@ -248,6 +250,24 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         runner_setup.async_reset(self.env, self._seed if self._needs_initial_reset else None)
         self._env_reset_time += time.perf_counter() - start
         self._needs_initial_reset = False
+        # Each sub-env's reset observations come with its first recv(): checked there.
+        checking = not self.config.disable_env_checking
+        self._unchecked_resets = set(range(self.num_envs)) if checking else set()
+
+    def _recv_vector_env(self) -> Any:
+        """``_recv_env``, checking each sub-env's reset observations (in its first results
+        after an ``async_reset``) against the spaces, as ``_reset_vector_env`` does."""
+        results = self._recv_env()
+        unchecked = self._unchecked_resets
+        if unchecked and results is not ENV_STEP_FAILURE:
+            firsts = [(j, int(i)) for j, i in enumerate(results[0]) if int(i) in unchecked]
+            if firsts:
+                obs = results[1]
+                setup.check_reset_observations(
+                    self.env, [obs[j] for j, _ in firsts], [i for _, i in firsts]
+                )
+                unchecked.difference_update(i for _, i in firsts)
+        return results
 
     def _act(
         self,
