@@ -99,7 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     by_key = {key(r): r for r in theirs}
     for record in ours:
-        other = by_key.get(key(record))
+        # A variant RLlib lacks (e.g. W1's EnvPool backend) names the RLlib variant to match.
+        lookup = (
+            {**record, "variant": record["rllib_key_variant"]}
+            if "rllib_key_variant" in record
+            else record
+        )
+        other = by_key.get(key(lookup))
         metric = next((m for m in ("env_steps_per_s", "per_s", "mb_per_s") if m in record), None)
         if other and metric and other.get(metric):
             emit(
@@ -107,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ratio": record[metric] / other[metric],
                     "metric": metric,
                     **{k: record.get(k) for k in _KEY_FIELDS if record.get(k) is not None},
+                    **({"vs": "rllib default backend"} if lookup is not record else {}),
                 }
             )
     return 0
