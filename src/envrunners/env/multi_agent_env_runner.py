@@ -22,6 +22,7 @@ import gymnasium as gym
 from envrunners.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
+from envrunners.env._gc_pause import GCPause
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError, NonFiniteEnvDataError
@@ -311,7 +312,8 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         episodes come first, then each sub-env's in-progress chunk, which the next
         call continues (same ``id_``, ``env_t_started`` = this chunk's ``env_t``).
         """
-        with self._weights_lock:  # weights set meanwhile wait (see set_state)
+        # Weights set meanwhile wait (see set_state); young garbage collections wait too.
+        with self._weights_lock, GCPause(getattr(self.config, "pause_gc_during_sample", True)):
             random_actions = self._acts_randomly(random_actions)
             num_timesteps, num_episodes, start = self._begin_sample(
                 num_timesteps, num_episodes, explore, random_actions

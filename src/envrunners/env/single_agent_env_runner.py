@@ -27,6 +27,7 @@ from envrunners.core import (
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act
 from envrunners.env import runner_setup
+from envrunners.env._gc_pause import GCPause
 from envrunners.env._sampling_connectors import SamplingConnectors
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
@@ -275,7 +276,8 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         in-progress chunk of each sub-env, which the next call continues (same
         ``id_``, ``t_started`` = this chunk's ``t``).
         """
-        with self._weights_lock:  # weights set meanwhile wait (see set_state)
+        # Weights set meanwhile wait (see set_state); young garbage collections wait too.
+        with self._weights_lock, GCPause(getattr(self.config, "pause_gc_during_sample", True)):
             random_actions = self._acts_randomly(random_actions)
             num_timesteps, num_episodes, start = self._begin_sample(
                 num_timesteps, num_episodes, explore, random_actions
