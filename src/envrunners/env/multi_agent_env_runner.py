@@ -22,7 +22,6 @@ import gymnasium as gym
 from envrunners.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from envrunners.env import _multi_agent_setup as setup
 from envrunners.env import runner_setup
-from envrunners.env._gc_pause import GCPause
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.multi_agent_episode import MultiAgentEpisode
 from envrunners.errors import ConfigError, NonFiniteEnvDataError
@@ -31,6 +30,7 @@ from envrunners.sampling.finite_checks import check_module_outputs, restart_bad_
 from envrunners.sampling.multi_agent import MultiAgentSampler, MultiAgentSampleResult
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats
 from envrunners.utils import metrics as M
+from envrunners.utils.gc_pause import DeferredGC
 
 __all__ = ["MultiAgentEnvRunner"]
 
@@ -313,7 +313,7 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         call continues (same ``id_``, ``env_t_started`` = this chunk's ``env_t``).
         """
         # Weights set meanwhile wait (see set_state); young garbage collections wait too.
-        with self._weights_lock, GCPause(getattr(self.config, "pause_gc_during_sample", True)):
+        with self._weights_lock, DeferredGC(getattr(self.config, "pause_gc_during_sample", True)):
             random_actions = self._acts_randomly(random_actions)
             num_timesteps, num_episodes, start = self._begin_sample(
                 num_timesteps, num_episodes, explore, random_actions

@@ -27,7 +27,6 @@ from envrunners.core import (
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act
 from envrunners.env import runner_setup
-from envrunners.env._gc_pause import GCPause
 from envrunners.env._sampling_connectors import SamplingConnectors
 from envrunners.env.env_runner import NewStackEnvRunner
 from envrunners.env.single_agent_episode import SingleAgentEpisode
@@ -41,6 +40,7 @@ from envrunners.sampling.finite_checks import (
 )
 from envrunners.sampling.sample_result import EpisodeStats
 from envrunners.sampling.single_agent import SingleAgentSampler, SingleAgentSampleResult
+from envrunners.utils.gc_pause import DeferredGC
 
 __all__ = ["SingleAgentEnvRunner"]
 
@@ -277,7 +277,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         ``id_``, ``t_started`` = this chunk's ``t``).
         """
         # Weights set meanwhile wait (see set_state); young garbage collections wait too.
-        with self._weights_lock, GCPause(getattr(self.config, "pause_gc_during_sample", True)):
+        with self._weights_lock, DeferredGC(getattr(self.config, "pause_gc_during_sample", True)):
             random_actions = self._acts_randomly(random_actions)
             num_timesteps, num_episodes, start = self._begin_sample(
                 num_timesteps, num_episodes, explore, random_actions
