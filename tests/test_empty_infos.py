@@ -117,7 +117,7 @@ def test_slice_cut_concat_match_eager():
         assert a.infos.data == b.infos.data and len({id(i) for i in a.infos.data}) == len(
             a.infos.data
         )
-    # concat: lazy + lazy stays lazy; lazy + eager and eager + lazy make the dicts
+    # concat makes the dicts of both (the successor's are shared, as with lists)
     for first_lazy, second_lazy in [(True, True), (True, False), (False, True)]:
         x_lazy, x_eager = _pair()
         head = x_lazy if first_lazy else x_eager
@@ -147,7 +147,11 @@ def test_slice_cut_concat_match_eager():
             tail.get_infos()
         head.concat_episode(tail)
         ref_head.concat_episode(ref_tail)
-        assert (type(head.infos) is EmptyInfosBuffer) == (first_lazy and second_lazy)
+        assert type(head.infos) is InfiniteLookbackBuffer
+        assert head.get_infos(-1) is tail.get_infos(-1)  # shared with the successor
+        tail.get_infos(-2)["late"] = 1
+        assert head.get_infos(-2) == {"late": 1}
+        ref_tail.get_infos(-2)["late"] = 1
         assert len(head.infos) == len(ref_head.infos) == 9
         _same(head, ref_head)
 

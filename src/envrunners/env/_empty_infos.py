@@ -69,7 +69,3 @@ class EmptyInfosBuffer(InfiniteLookbackBuffer):
         """A shallow copy shares the dicts: make them, then copy the plain buffer."""
         self.data  # noqa: B018 (makes the dicts; the class is the base one from now on)
         return copy.copy(self)
-
-    def grow(self, k: int) -> None:
-        """Add ``k`` empty dicts at the end (``k`` may be negative, down to none)."""
-        _DATA.__set__(self, max(_DATA.__get__(self) + k, 0))

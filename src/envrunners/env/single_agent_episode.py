@@ -876,13 +876,9 @@ class SingleAgentEpisode:
                 f"{sorted(map(str, theirs))})."
             )
         self.observations.pop()
+        self.infos.pop()
         self.observations.extend(other.get_observations())
-        infos, other_infos = self.infos, other.infos
-        if type(infos) is EmptyInfosBuffer and type(other_infos) is EmptyInfosBuffer:
-            infos.grow(len(other_infos) - 1)  # the boundary observation's dict is shared
-        else:
-            infos.pop()
-            infos.extend(other.get_infos())
+        self.infos.extend(other.get_infos())  # other's dicts, shared (made if need be)
         self.actions.extend(other.get_actions())
         self.rewards.extend(other.get_rewards())
         for key, buf in other.extra_model_outputs.items():
