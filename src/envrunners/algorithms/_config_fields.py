@@ -145,6 +145,8 @@ FIELDS: tuple[ConfigField, ...] = (
     # backend ("envpool", "shared_memory"); the runner checks them against the backend.
     _f("ready_first_batch_size", int | None, None, RUN, _pos_int_or_none),
     _f("overlap_inference", bool | str, "auto", RUN, c.choice(True, False, "auto")),
+    # envrunners' own: young garbage collections wait while a runner samples (utils/gc_pause).
+    _f("pause_gc_during_sample", bool, True, RUN, _B),
     _f("merge_env_runner_states", bool | str, "training_only", RUN, c.merge_env_runner_states),
     _f("broadcast_env_runner_states", bool, True, RUN, _B),
     _f("use_env_runner_state_server", bool, False, RUN, _B),

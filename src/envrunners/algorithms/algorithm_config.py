@@ -193,6 +193,10 @@ class AlgorithmConfig:
                 ``overlap_inference`` (envrunners' own: True, False or ``"auto"``; infer
                 for one half of the sub-envs while the other half steps; ``"auto"``
                 measures both costs at runner start),
+                ``pause_gc_during_sample`` (envrunners' own, default True: while a
+                new-stack runner samples, Python's automatic garbage collection waits
+                for 100,000 new objects instead of 700; False keeps the interpreter's
+                thresholds),
                 ``env_to_module_connector`` (``fn(env, spaces, device)``, or the old
                 ``fn(env)``, returning a ConnectorV2, a list of them or a pipeline),
                 ``module_to_env_connector`` (``fn(env, spaces)`` or ``fn(env)``),

@@ -17,7 +17,7 @@ concatenate into new arrays, setters write into its own part of the block.
 
 Everything else round-trips as plain pickle would: list (not finalized)
 buffers, object arrays, namedtuple or other non-dict/tuple containers, custom
-data, infos (a column of distinct empty dicts travels as its length), the
+data, infos (a column of distinct empty dicts, made or not, travels as its length), the
 ``_last_added_*`` references (identity with the buffers' items kept, as pickle's
 memo keeps it) and the extra attributes of subclasses.
 """
@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from envrunners.env._empty_infos import EmptyInfosBuffer
 from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 
 __all__ = ["episode_reduce", "own_slots", "rebuild_episode"]
@@ -41,8 +42,9 @@ _ALIGN = 16
 #: The slots of ``SingleAgentEpisode`` that hold buffers; every other slot travels as is.
 _COLUMN_SLOTS = frozenset(("observations", "infos", "actions", "rewards", "extra_model_outputs"))
 #: How a column's data travels: one packed array, a dict/tuple tree with packed
-#: leaves, ``n`` distinct empty info dicts, the data as is, or the whole buffer as is.
-_ARRAY, _TREE, _EMPTY_INFOS, _RAW, _BUFFER = range(5)
+#: leaves, ``n`` distinct empty info dicts, the data as is, the whole buffer as is, or
+#: an ``EmptyInfosBuffer`` (``n`` empty dicts not made yet: rebuilt as one).
+_ARRAY, _TREE, _EMPTY_INFOS, _RAW, _BUFFER, _UNMADE_INFOS = range(6)
 
 _dtypes: dict[str, np.dtype] = {}
 
@@ -106,6 +108,8 @@ class _Packer:
 
     def infos(self, buf: Any, last_added_infos: Any) -> tuple[Any, ...]:
         """Encode the infos buffer; a list of distinct empty dicts travels as its length."""
+        if type(buf) is EmptyInfosBuffer:  # dicts never made: none to look at
+            return (_UNMADE_INFOS, buf.len_incl_lookback(), buf.lookback, False, None, None)
         data = buf.data if type(buf) is InfiniteLookbackBuffer else None
         if (
             type(data) is list
@@ -211,6 +215,9 @@ def rebuild_episode(cls: type, header: tuple[Any, ...], block: Any) -> Any:
             data = views[payload]
         elif kind == _EMPTY_INFOS:
             data = [{} for _ in range(payload)]
+        elif kind == _UNMADE_INFOS:
+            buffers.append(EmptyInfosBuffer.of_length(payload, lookback))
+            continue
         elif kind == _BUFFER:
             buffers.append(payload)
             continue

@@ -30,6 +30,7 @@ from envrunners.sampling.finite_checks import check_module_outputs, restart_bad_
 from envrunners.sampling.multi_agent import MultiAgentSampler, MultiAgentSampleResult
 from envrunners.sampling.sample_result import MultiAgentEpisodeStats
 from envrunners.utils import metrics as M
+from envrunners.utils.gc_pause import DeferredGC
 
 __all__ = ["MultiAgentEnvRunner"]
 
@@ -331,7 +332,8 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         episodes come first, then each sub-env's in-progress chunk, which the next
         call continues (same ``id_``, ``env_t_started`` = this chunk's ``env_t``).
         """
-        with self._weights_lock:  # weights set meanwhile wait (see set_state)
+        # Weights set meanwhile wait (see set_state); young garbage collections wait too.
+        with self._weights_lock, DeferredGC(getattr(self.config, "pause_gc_during_sample", True)):
             random_actions = self._acts_randomly(random_actions)
             num_timesteps, num_episodes, start = self._begin_sample(
                 num_timesteps, num_episodes, explore, random_actions

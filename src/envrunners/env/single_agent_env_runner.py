@@ -40,6 +40,7 @@ from envrunners.sampling.finite_checks import (
 )
 from envrunners.sampling.sample_result import EpisodeStats
 from envrunners.sampling.single_agent import SingleAgentSampler, SingleAgentSampleResult
+from envrunners.utils.gc_pause import DeferredGC
 
 __all__ = ["SingleAgentEnvRunner"]
 
@@ -275,7 +276,8 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         in-progress chunk of each sub-env, which the next call continues (same
         ``id_``, ``t_started`` = this chunk's ``t``).
         """
-        with self._weights_lock:  # weights set meanwhile wait (see set_state)
+        # Weights set meanwhile wait (see set_state); young garbage collections wait too.
+        with self._weights_lock, DeferredGC(getattr(self.config, "pause_gc_during_sample", True)):
             random_actions = self._acts_randomly(random_actions)
             num_timesteps, num_episodes, start = self._begin_sample(
                 num_timesteps, num_episodes, explore, random_actions

@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from envrunners.core.columns import Columns
+from envrunners.env._empty_infos import EmptyInfosBuffer
 from envrunners.env._episode_ids import new_episode_id
 from envrunners.env._episode_transport import episode_reduce, own_slots
 from envrunners.env.utils._structs import batch, leaf_len, map_structure, struct_equal, unbatch
@@ -90,7 +91,12 @@ def _take(buf: InfiniteLookbackBuffer, lo: int, hi: int) -> Any:
 
 
 def _copy_infos(buf: InfiniteLookbackBuffer, lo: int, hi: int) -> Any:
-    """Copy infos ``[lo, hi)``, each dict shallow-copied so a derived chunk owns its own."""
+    """Copy infos ``[lo, hi)``, each dict shallow-copied so a derived chunk owns its own.
+
+    None for infos whose empty dicts were never made: the derived chunk's are not either.
+    """
+    if type(buf) is EmptyInfosBuffer:
+        return None
     items = _take(buf, lo, hi)
     if not isinstance(items, list):
         return items
@@ -239,9 +245,10 @@ class SingleAgentEpisode:
             )
 
         self.observations = _buffer(observations, lookback, observation_space)
-        if infos is None:
-            infos = [{} for _ in range(self.observations.len_incl_lookback())]
-        self.infos = _buffer(infos, lookback, None)
+        if infos is None:  # distinct empty dicts, made when first used
+            self.infos = EmptyInfosBuffer.of_length(self.observations.len_incl_lookback(), lookback)
+        else:
+            self.infos = _buffer(infos, lookback, None)
         self.actions = _buffer(actions, lookback, action_space)
         self.rewards = _buffer(rewards, lookback, REWARD_SPACE)
         self.extra_model_outputs = {
@@ -365,8 +372,10 @@ class SingleAgentEpisode:
         )
         ep.actions = column(actions, action_space, get_base_struct_from_space(action_space))
         ep.rewards = column(rewards, REWARD_SPACE, _REWARD_STRUCT)
-        infos = [{} for _ in range(n_act + 1)] if infos is None else list(infos)
-        ep.infos = raw(infos, k, None, None, False)
+        if infos is None:  # distinct empty dicts, made when first used
+            ep.infos = EmptyInfosBuffer.of_length(n_act + 1, k)
+        else:
+            ep.infos = raw(list(infos), k, None, None, False)
         ep.extra_model_outputs = {
             key: column(value, None, None) for key, value in (extra_model_outputs or {}).items()
         }
@@ -869,7 +878,7 @@ class SingleAgentEpisode:
         self.observations.pop()
         self.infos.pop()
         self.observations.extend(other.get_observations())
-        self.infos.extend(other.get_infos())
+        self.infos.extend(other.get_infos())  # other's dicts, shared (made if need be)
         self.actions.extend(other.get_actions())
         self.rewards.extend(other.get_rewards())
         for key, buf in other.extra_model_outputs.items():

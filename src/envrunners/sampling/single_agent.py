@@ -137,6 +137,7 @@ class SingleAgentSampler:
         self._truncs: np.ndarray = np.zeros((0, self.num_envs), np.bool_)
         self._infos: list[list[dict] | None] = []
         self._cur_obs: Any = None
+        #: The current row's info dicts (None: all empty, or no observation in hand).
         self._cur_infos: list[dict] | None = None
         self._pending = np.zeros(self.num_envs, np.bool_)
         # Ready-first mode (``start_async``): sub-envs whose first (reset) observation
@@ -278,7 +279,8 @@ class SingleAgentSampler:
         base = self._prepare_lookback_rows()
         self._capacity(base + (64 if episode_mode else -(-target // n_envs) + 2))
         self._obs.write(base, self._cur_obs)
-        self._infos[base] = self._cur_infos if any(self._cur_infos) else None
+        cur_infos = self._cur_infos
+        self._infos[base] = cur_infos if cur_infos and any(cur_infos) else None
         prev_written, self._extras_written = self._extras_written, set()
         seg_start = [base] * n_envs
         states = self._states
@@ -407,7 +409,7 @@ class SingleAgentSampler:
         if row == base:  # no step: the carried rows are still the earlier call's
             self._extras_written = prev_written
         self._cur_obs = tree_map(np.copy, self._obs.row(row))
-        self._cur_infos = self._infos[row] or [{} for _ in range(n_envs)]
+        self._cur_infos = self._infos[row]  # None: no info dict in the last row
         return result
 
     # -- the ready-first loop (asynchronous vector envs) ----------------------------
@@ -824,7 +826,7 @@ class SingleAgentSampler:
         self, env: int, start: int, stop: int, any_infos: bool = True
     ) -> list[dict] | None:
         """Sub-env ``env``'s info dicts of rows ``[start, stop)``; None when all are empty
-        (``from_columns`` then makes the empty dicts itself, without a list copy)."""
+        (``from_columns`` then leaves them unmade: an ``EmptyInfosBuffer``)."""
         rows = self._infos
         if not any_infos or not any(rows[start:stop]):  # no sub-env returned an info dict
             return None
