@@ -359,3 +359,19 @@ def test_pack_episodes_leaves_everything_else_as_it_is():
     batch = {"obs": np.zeros(3)}
     for samples in ([], batch, [_cartpole_like(), own], [_cartpole_like(), MultiAgentEpisode()]):
         assert _episode_transport.pack_episodes(samples, SingleAgentEpisode) is samples
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_non_contiguous_columns_round_trip(packed):
+    ep = _cartpole_like(n=4, lookback=0)
+    wide = np.arange(40, dtype=np.float32).reshape(5, 8)
+    ep.observations.data = wide[:, ::2]  # strided view
+    ep.extra_model_outputs["action_dist_inputs"].data = np.asfortranarray(
+        ep.extra_model_outputs["action_dist_inputs"].data
+    )
+    assert not ep.observations.data.flags.c_contiguous
+    if packed:
+        back = _packed_round_trip([_cartpole_like(), ep])[1]
+    else:
+        back = pickle.loads(pickle.dumps(ep, protocol=5))
+    assert_episodes_equal(ep, back)

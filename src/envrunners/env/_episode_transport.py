@@ -93,8 +93,6 @@ class _Packer:
         return layout
 
     def add(self, array: np.ndarray) -> int:
-        if not array.flags.c_contiguous:
-            array = np.ascontiguousarray(array)
         dtype = array.dtype
         name = _dtype_strs.get(dtype)
         if name is None:
@@ -150,7 +148,13 @@ class _Packer:
 
     def block(self) -> bytearray:
         """All packed arrays, joined into one writable block at their (aligned) offsets."""
-        return bytearray().join(self.arrays)
+        try:
+            return bytearray().join(self.arrays)
+        except TypeError:  # a non-contiguous array: its contiguous copy has the same bytes
+            self.arrays = [
+                np.ascontiguousarray(a) if type(a) is np.ndarray else a for a in self.arrays
+            ]
+            return bytearray().join(self.arrays)
 
     def header(self, episode: Any, base: type) -> tuple[Any, ...]:
         """The episode's header; its arrays go into this packer's block."""
