@@ -219,6 +219,8 @@ def run_continuous(target: str, repeats: int) -> dict:
         "iteration_ms_mean": 1000 * seconds / len(rates),
         "sync_weights_ms_mean": 1000 * statistics.mean(sync_s),
         "cpu_ms_per_1k_steps": cpu,
+        # CPU cores these processes kept busy (2.0: both cores of a 2-core box, no idle).
+        "cores_busy": sum(cpu.values()) * steps / seconds / 1e6,
         "repeats": len(rates),
     }
 
