@@ -14,6 +14,11 @@ requests each) while the driver takes ``BATCH`` steps per iteration
 (``ContinuousSampler.take``) and pushes weights without waiting
 (``sync_weights()``). Its rate is the env steps the driver receives per second;
 ``continuous_vs_local`` compares it with ``local_1x16`` of the same run.
+
+``cpu_ms_per_1k_steps`` (continuous and local) is the CPU time per 1,000 env
+steps received, by process: the driver, the runners, and Ray's own processes
+(raylet, GCS, dashboard: the started Ray's processes other than the runners).
+With it the 2-core bound of the continuous variant is ``2 * local / sum(continuous)``.
 """
 
 from __future__ import annotations
@@ -49,6 +54,38 @@ def _config(target: str, num_env_runners: int, num_envs: int, **runners):
             enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True
         )
     return config
+
+
+def _pid(runner) -> int:
+    import os
+
+    return os.getpid()
+
+
+def _cpu_seconds(runner_pids: list[int]) -> dict[str, float]:
+    """CPU seconds so far of this process, the runners and the rest of this process' tree."""
+    import psutil
+
+    me = psutil.Process()
+    out = {"driver": time.process_time(), "runners": 0.0, "ray_processes": 0.0}
+    procs = {p.pid: p for p in me.children(recursive=True)}
+    for pid in runner_pids:
+        if pid not in procs:
+            try:
+                procs[pid] = psutil.Process(pid)
+            except psutil.Error:
+                continue
+    for pid, proc in procs.items():
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        out["runners" if pid in runner_pids else "ray_processes"] += times.user + times.system
+    return out
+
+
+def _per_1k(before: dict[str, float], after: dict[str, float], steps: int) -> dict[str, float]:
+    return {k: round(1e6 * (after[k] - before[k]) / max(steps, 1), 3) for k in before}
 
 
 def _rss_mb(runner) -> float:
@@ -156,6 +193,8 @@ def run_continuous(target: str, repeats: int) -> dict:
             break
     rates, steps = [], 0
     sync_s.clear()
+    runner_pids = group.foreach_env_runner(_pid, local_env_runner=False)
+    cpu_before = _cpu_seconds(runner_pids)
     start = time.perf_counter()
     for _ in range(max(3 * repeats, 10)):  # iterations vary more: the queue may be full or not
         t = time.perf_counter()
@@ -163,6 +202,7 @@ def run_continuous(target: str, repeats: int) -> dict:
         rates.append(n / (time.perf_counter() - t))
         steps += n
     seconds = time.perf_counter() - start
+    cpu = _per_1k(cpu_before, _cpu_seconds(runner_pids), steps)
     sampler.stop()
     group.stop()
     _shutdown_ray()
@@ -178,6 +218,9 @@ def run_continuous(target: str, repeats: int) -> dict:
         "per_s_max": max(rates),
         "iteration_ms_mean": 1000 * seconds / len(rates),
         "sync_weights_ms_mean": 1000 * statistics.mean(sync_s),
+        "cpu_ms_per_1k_steps": cpu,
+        # CPU cores these processes kept busy (2.0: both cores of a 2-core box, no idle).
+        "cores_busy": sum(cpu.values()) * steps / seconds / 1e6,
         "repeats": len(rates),
     }
 
@@ -187,10 +230,18 @@ def run_local(target: str, repeats: int) -> dict:
     runner_mod = api(target, "envrunners.env.single_agent_env_runner")
     runner = runner_mod.SingleAgentEnvRunner(config=_config(target, 0, 16))
 
-    def once() -> int:
-        return sum(len(e) for e in runner.sample(num_timesteps=BATCH, explore=True))
+    steps = 0
 
-    stats = median_rate(once, repeats=max(repeats, 3))
+    def once() -> int:
+        nonlocal steps
+        n = sum(len(e) for e in runner.sample(num_timesteps=BATCH, explore=True))
+        steps += n
+        return n
+
+    once()  # the warm-up, outside the CPU count
+    steps, cpu_start = 0, time.process_time()
+    stats = median_rate(once, repeats=max(repeats, 3), warmup=0)
+    cpu_ms = round(1e6 * (time.process_time() - cpu_start) / max(steps, 1), 3)
     runner.stop()
     return {
         "workload": WORKLOAD,
@@ -200,6 +251,7 @@ def run_local(target: str, repeats: int) -> dict:
         "num_envs": 16,
         "env_steps_per_s": stats["per_s_median"],
         "iteration_ms_median": 1000 * stats["seconds_median"],
+        "cpu_ms_per_1k_steps": {"driver": cpu_ms},
         "repeats": stats["repeats"],
     }
 
@@ -225,4 +277,7 @@ def run(target: str, repeats: int = 5):
             "target": target,
             "variant": "continuous_vs_local",
             "speedup": continuous["env_steps_per_s"] / local["env_steps_per_s"],
+            "bound_2_cores": 2
+            * local["cpu_ms_per_1k_steps"]["driver"]
+            / sum(continuous["cpu_ms_per_1k_steps"].values()),
         }

@@ -314,3 +314,64 @@ def test_ray_object_store_round_trips_exactly():
     assert lengths == [len(e) for e in episodes]
     for ep, b in zip(episodes, again):
         assert_episodes_equal(ep, b)
+
+
+def _packed_round_trip(episodes, protocol=5):
+    packed = _episode_transport.pack_episodes(episodes, SingleAgentEpisode)
+    assert isinstance(packed, _episode_transport._PackedEpisodes)
+    back = pickle.loads(pickle.dumps(packed, protocol=protocol))
+    assert type(back) is list and len(back) == len(episodes)
+    return back
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_packed_list_round_trips_every_variant_exactly(protocol):
+    tagged = _TaggedEpisode.from_columns(
+        observations=np.zeros((3, 2)), actions=np.zeros(2), rewards=np.zeros(2)
+    )
+    tagged.tag = "x"
+    episodes = [*VARIANTS.values(), tagged, _cartpole_like(n=3)]
+    back = _packed_round_trip(episodes, protocol)
+    for ep, b in zip(episodes, back):
+        assert_episodes_equal(ep, b)
+        b.validate()
+
+
+def test_packed_list_shares_one_writable_block_and_episodes_stay_independent():
+    episodes = [_cartpole_like(n=3), _frames_dict_tuple(), _cartpole_like(n=5)]
+    back = _packed_round_trip(episodes)
+    bases = {id(b.actions.data.base) for b in back}
+    bases.add(id(back[1].observations.data["frame"].base))
+    assert len(bases) == 1
+    for b in back:  # aligned views, each into its own part of the block
+        assert b.rewards.data.flags.writeable and b.rewards.data.flags.aligned
+    back[0].set_rewards(new_data=np.full(3, 9.0, np.float32))
+    np.testing.assert_array_equal(back[2].get_rewards(), episodes[2].get_rewards())
+    np.testing.assert_array_equal(back[0].get_rewards(), np.full(3, 9.0))
+
+
+def test_pack_episodes_leaves_everything_else_as_it_is():
+    class _OwnReduce(SingleAgentEpisode):
+        def __reduce_ex__(self, protocol):
+            return super().__reduce_ex__(protocol)
+
+    own = _OwnReduce.from_columns(observations=np.zeros((2, 2)), actions=[0], rewards=[0.0])
+    batch = {"obs": np.zeros(3)}
+    for samples in ([], batch, [_cartpole_like(), own], [_cartpole_like(), MultiAgentEpisode()]):
+        assert _episode_transport.pack_episodes(samples, SingleAgentEpisode) is samples
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_non_contiguous_columns_round_trip(packed):
+    ep = _cartpole_like(n=4, lookback=0)
+    wide = np.arange(40, dtype=np.float32).reshape(5, 8)
+    ep.observations.data = wide[:, ::2]  # strided view
+    ep.extra_model_outputs["action_dist_inputs"].data = np.asfortranarray(
+        ep.extra_model_outputs["action_dist_inputs"].data
+    )
+    assert not ep.observations.data.flags.c_contiguous
+    if packed:
+        back = _packed_round_trip([_cartpole_like(), ep])[1]
+    else:
+        back = pickle.loads(pickle.dumps(ep, protocol=5))
+    assert_episodes_equal(ep, back)

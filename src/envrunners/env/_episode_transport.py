@@ -8,12 +8,17 @@ driver's CPU in continuous sampling. Here an episode pickles as a header of
 plain values (ids, flags, spaces, each column's layout) and ONE block holding
 all its packable arrays (contiguous copies at 16-byte aligned offsets).
 
+A whole ``sample()`` result goes through ``pack_episodes``: its episodes share
+ONE block (one buffer for pickle and Ray, one join of all arrays on the runner)
+and keep one header each.
+
 With pickle protocol 5 the block travels as a ``PickleBuffer``: Ray sends it
 out-of-band without copies (the arrays then are read-only, like every array Ray
 deserializes), plain ``pickle`` stores it in-band and loads it as a writable
 ``bytearray``. The rebuilt columns are numpy VIEWS into the block, so a rebuilt
 episode is an ordinary finalized episode: appends and ``concat_episode``
-concatenate into new arrays, setters write into its own part of the block.
+concatenate into new arrays, setters write into its own part of the block (an
+episode of a packed list keeps the list's block alive, as any numpy view does).
 
 Everything else round-trips as plain pickle would: list (not finalized)
 buffers, object arrays, namedtuple or other non-dict/tuple containers, custom
@@ -35,7 +40,7 @@ import numpy as np
 from envrunners.env._empty_infos import EmptyInfosBuffer
 from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 
-__all__ = ["episode_reduce", "own_slots", "rebuild_episode"]
+__all__ = ["episode_reduce", "own_slots", "pack_episodes", "rebuild_episode", "rebuild_episodes"]
 
 #: Offsets of the packed arrays in the block are multiples of this (any dtype's alignment).
 _ALIGN = 16
@@ -47,6 +52,10 @@ _COLUMN_SLOTS = frozenset(("observations", "infos", "actions", "rewards", "extra
 _ARRAY, _TREE, _EMPTY_INFOS, _RAW, _BUFFER, _UNMADE_INFOS = range(6)
 
 _dtypes: dict[str, np.dtype] = {}
+#: dtype -> its interned ``dtype.str`` (``dtype.str`` builds a new string on every call).
+_dtype_strs: dict[np.dtype, str] = {}
+#: Zero bytes that pad an array's bytes to the next multiple of ``_ALIGN``.
+_PADS = tuple(bytes(n) for n in range(_ALIGN))
 
 
 class _Slot(int):
@@ -64,22 +73,42 @@ def _packable(x: Any) -> bool:
 
 
 class _Packer:
-    """Collects the packable arrays of one episode and their layout in the block."""
+    """Collects packable arrays and their layout in the block.
+
+    One packer serves one episode, or all episodes of a packed list: then each
+    episode takes its own ``layout`` (``new_layout``) while the arrays go on
+    into the one shared block.
+    """
 
     __slots__ = ("arrays", "layout", "size")
 
     def __init__(self) -> None:
-        self.arrays: list[np.ndarray] = []
-        #: Per packed array: dtype string, shape, byte offset (flat, in that order).
+        #: The block's parts in order: each array's bytes, then its padding.
+        self.arrays: list[Any] = []
+        #: Per packed array of the current episode: dtype string, shape, byte offset.
         self.layout: list[Any] = []
         self.size = 0
 
+    def new_layout(self) -> list[Any]:
+        """The finished episode's layout; the next episode's arrays start a new one."""
+        layout, self.layout = self.layout, []
+        return layout
+
     def add(self, array: np.ndarray) -> int:
+        dtype = array.dtype
+        name = _dtype_strs.get(dtype)
+        if name is None:
+            name = _dtype_strs[dtype] = sys.intern(dtype.str)
         offset = self.size
-        self.layout += (sys.intern(array.dtype.str), array.shape, offset)
-        self.size = offset + (-(-array.nbytes // _ALIGN) * _ALIGN)
-        self.arrays.append(array)
-        return len(self.arrays) - 1
+        nbytes = array.nbytes
+        self.layout += (name, array.shape, offset)
+        pad = -nbytes % _ALIGN
+        self.size = offset + nbytes + pad
+        if nbytes:
+            self.arrays.append(array)
+            if pad:
+                self.arrays.append(_PADS[pad])
+        return len(self.layout) // 3 - 1
 
     def tree(self, data: Any) -> Any:
         """``data`` with its packable leaves replaced by ``_Slot`` markers (exact dicts/tuples)."""
@@ -99,9 +128,9 @@ class _Packer:
         if _packable(data):
             kind, payload = _ARRAY, self.add(data)
         elif type(data) is dict or type(data) is tuple:
-            n = len(self.arrays)
+            n = len(self.layout)
             payload = self.tree(data)
-            kind = _TREE if len(self.arrays) > n else _RAW
+            kind = _TREE if len(self.layout) > n else _RAW
         else:
             kind, payload = _RAW, data
         return (kind, payload, buf.lookback, buf.finalized, buf._space, buf.space_struct)
@@ -121,15 +150,35 @@ class _Packer:
             return (_EMPTY_INFOS, len(data), buf.lookback, buf.finalized, buf._space, None)
         return self.column(buf)
 
-    def block(self) -> np.ndarray:
-        """All packed arrays, copied into one uint8 block at their offsets."""
-        block = np.empty(self.size, np.uint8)
-        layout = self.layout
-        for i, array in enumerate(self.arrays):
-            if array.size:
-                dest = np.ndarray(array.shape, layout[3 * i], block, layout[3 * i + 2])
-                dest[...] = array
-        return block
+    def block(self) -> bytearray:
+        """All packed arrays, joined into one writable block at their (aligned) offsets."""
+        try:
+            return bytearray().join(self.arrays)
+        except TypeError:  # a non-contiguous array: its contiguous copy has the same bytes
+            self.arrays = [
+                np.ascontiguousarray(a) if type(a) is np.ndarray else a for a in self.arrays
+            ]
+            return bytearray().join(self.arrays)
+
+    def header(self, episode: Any, base: type) -> tuple[Any, ...]:
+        """The episode's header; its arrays go into this packer's block."""
+        columns = [
+            self.column(episode.observations),
+            self.infos(episode.infos, episode._last_added_infos),
+            self.column(episode.actions),
+            self.column(episode.rewards),
+        ]
+        extra_keys = tuple(episode.extra_model_outputs)
+        columns += [self.column(b) for b in episode.extra_model_outputs.values()]
+        names, values = _plain_slots(base)
+        return (
+            names,
+            values(episode),
+            tuple(self.new_layout()),
+            tuple(columns),
+            extra_keys,
+            None if type(episode) is base else _subclass_state(episode, base),
+        )
 
 
 def episode_reduce(episode: Any, protocol: int, base: type) -> tuple[Any, ...]:
@@ -140,28 +189,46 @@ def episode_reduce(episode: Any, protocol: int, base: type) -> tuple[Any, ...]:
     is ``SingleAgentEpisode``: what a subclass adds travels as its state.
     """
     packer = _Packer()
-    columns = [
-        packer.column(episode.observations),
-        packer.infos(episode.infos, episode._last_added_infos),
-        packer.column(episode.actions),
-        packer.column(episode.rewards),
-    ]
-    extra_keys = tuple(episode.extra_model_outputs)
-    columns += [packer.column(b) for b in episode.extra_model_outputs.values()]
-    cls = type(episode)
-    names, values = _plain_slots(base)
-    header = (
-        names,
-        values(episode),
-        tuple(packer.layout),
-        tuple(columns),
-        extra_keys,
-        None if cls is base else _subclass_state(episode, base),
-    )
-    block = packer.block()
-    if protocol >= 5:
-        return (rebuild_episode, (cls, header, pickle.PickleBuffer(block)))
-    return (rebuild_episode, (cls, header, bytearray(block.data)))
+    header = packer.header(episode, base)
+    return (rebuild_episode, (type(episode), header, _block_arg(packer.block(), protocol)))
+
+
+def _block_arg(block: bytearray, protocol: int) -> Any:
+    return pickle.PickleBuffer(block) if protocol >= 5 else block
+
+
+class _PackedEpisodes:
+    """A list of episodes that pickles as one block plus one header per episode.
+
+    Unpickles as a plain ``list`` (``rebuild_episodes``); never used otherwise.
+    """
+
+    __slots__ = ("base", "episodes")
+
+    def __init__(self, episodes: list[Any], base: type):
+        self.episodes = episodes
+        self.base = base
+
+    def __reduce_ex__(self, protocol: int) -> tuple[Any, ...]:
+        packer, base = _Packer(), self.base
+        headers = [(type(e), packer.header(e, base)) for e in self.episodes]
+        return (rebuild_episodes, (headers, _block_arg(packer.block(), protocol)))
+
+
+def pack_episodes(samples: Any, base: type) -> Any:
+    """``samples`` ready to pickle: a list of ``base`` episodes shares one block.
+
+    Anything else (a batch, other episode types, a subclass with its own
+    ``__reduce_ex__``) comes back as it is. Unpickled, a packed list is a
+    plain list of rebuilt episodes, exactly as the episodes pickled one by one.
+    """
+    if type(samples) is not list or not samples:
+        return samples
+    reduce = base.__reduce_ex__
+    for episode in samples:
+        if not isinstance(episode, base) or type(episode).__reduce_ex__ is not reduce:
+            return samples
+    return _PackedEpisodes(samples, base)
 
 
 @functools.cache
@@ -194,6 +261,11 @@ def own_slots(klass: type) -> tuple[str, ...]:
 def _dtype(s: str) -> np.dtype:
     dtype = _dtypes[s] = np.dtype(s)
     return dtype
+
+
+def rebuild_episodes(headers: list[tuple[type, tuple[Any, ...]]], block: Any) -> list[Any]:
+    """Rebuild a ``pack_episodes`` list; every episode's arrays are views into ``block``."""
+    return [rebuild_episode(cls, header, block) for cls, header in headers]
 
 
 def rebuild_episode(cls: type, header: tuple[Any, ...], block: Any) -> Any:

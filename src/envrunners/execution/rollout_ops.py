@@ -23,6 +23,8 @@ import traceback
 from typing import Any
 
 from envrunners import errors
+from envrunners.env._episode_transport import pack_episodes
+from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import ConfigError, EnvRunnerError
 from envrunners.utils.gc_pause import paused_gc
 
@@ -62,7 +64,8 @@ def _sample_on_runner(
             remote_traceback=traceback.format_exc(),
         ) from err
     try:
-        data = pickle.dumps(result, protocol=5)
+        packed = pack_episodes(samples, SingleAgentEpisode)  # one block for all episodes
+        data = pickle.dumps((packed, result[1]) if with_metrics else packed, protocol=5)
     except Exception:  # lambdas, local classes...: let Ray's cloudpickle do it
         return result
     # Big results (large observations) are better off with Ray's zero-copy buffers.
