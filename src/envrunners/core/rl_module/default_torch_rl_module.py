@@ -686,7 +686,10 @@ def _gumbel_max(
     shape = scores.shape
     entry = _NOISE.by_shape.get(shape)
     buffer, noise, starts = _NOISE.get(*shape) if entry is None else entry
-    buffer.exponential_(generator=generator)
+    if generator is None:  # the same draws; a call without keywords parses faster
+        buffer.exponential_()
+    else:
+        buffer.exponential_(generator=generator)
     perturbed = np.log(noise)  # a fresh array: the buffer is only read here
     return np.subtract(scores, perturbed, out=perturbed).argmax(-1), starts
 
