@@ -73,9 +73,6 @@ ATARI_DEFAULTS: dict[str, Any] = {
 }
 
 
-_GREATER = np.greater
-
-
 def import_envpool() -> Any:
     """The ``envpool`` module; ``EnvPoolNotInstalledError`` naming the extra if it is missing."""
     try:
@@ -289,7 +286,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
             return obs, rewards, terms, truncs, info["env_id"], info
         obs, rewards, done, truncs, env_ids = self._recv_get(self.pool._recv())
         # ``done & ~truncs`` in one pass (for booleans ``a > b`` is ``a and not b``).
-        return obs, rewards, _GREATER(done, truncs), truncs, env_ids, None
+        return obs, rewards, np.greater(done, truncs), truncs, env_ids, None
 
     def _send_arrays(self, actions: np.ndarray, env_ids: np.ndarray | None) -> None:
         """EnvPool's ``send(actions, env_ids)`` (all sub-envs for None), directly on the fast
