@@ -618,20 +618,25 @@ def _as_numpy(value: Any, to_numpy: Any) -> np.ndarray:
 
 class _NoiseBuffers(threading.local):
     """Per thread, per ``(rows, width)``: a torch buffer for the exponential draws, its
-    numpy view and the flat index of each row's start."""
+    numpy view, the flat index of each row's start and a scratch array for the
+    perturbed scores (read only by the ``argmax`` that follows)."""
 
     def __init__(self) -> None:
-        self.by_shape: dict[tuple[int, int], tuple[torch.Tensor, np.ndarray, np.ndarray]] = {}
+        self.by_shape: dict[
+            tuple[int, int], tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]
+        ] = {}
 
-    def get(self, rows: int, width: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    def get(self, rows: int, width: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
         entry = self.by_shape.get((rows, width))
         if entry is None:
             with torch.inference_mode(False):  # a normal tensor: filled in and out of the mode
                 buffer = torch.empty((rows, width))
+            noise = buffer.numpy()
             entry = self.by_shape[(rows, width)] = (
                 buffer,
-                buffer.numpy(),
+                noise,
                 np.arange(rows) * width,
+                np.empty_like(noise),
             )
         return entry
 
@@ -685,12 +690,12 @@ def _gumbel_max(
     index of each row's start (to pick the chosen entries out of ``scores``)."""
     shape = scores.shape
     entry = _NOISE.by_shape.get(shape)
-    buffer, noise, starts = _NOISE.get(*shape) if entry is None else entry
+    buffer, noise, starts, perturbed = _NOISE.get(*shape) if entry is None else entry
     if generator is None:  # the same draws; a call without keywords parses faster
         buffer.exponential_()
     else:
         buffer.exponential_(generator=generator)
-    perturbed = np.log(noise)  # a fresh array: the buffer is only read here
+    np.log(noise, out=perturbed)  # the torch buffer itself is only read
     return np.subtract(scores, perturbed, out=perturbed).argmax(-1), starts
 
 
