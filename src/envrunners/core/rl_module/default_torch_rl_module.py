@@ -616,17 +616,19 @@ def _as_numpy(value: Any, to_numpy: Any) -> np.ndarray:
     return value if type(value) is np.ndarray else to_numpy(value)
 
 
+#: ``(torch buffer, its numpy view, row starts, scratch)`` (see ``_NoiseBuffers``).
+_NoiseEntry = tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]
+
+
 class _NoiseBuffers(threading.local):
     """Per thread, per ``(rows, width)``: a torch buffer for the exponential draws, its
     numpy view, the flat index of each row's start and a scratch array for the
     perturbed scores (read only by the ``argmax`` that follows)."""
 
     def __init__(self) -> None:
-        self.by_shape: dict[
-            tuple[int, int], tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]
-        ] = {}
+        self.by_shape: dict[tuple[int, int], _NoiseEntry] = {}
 
-    def get(self, rows: int, width: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+    def get(self, rows: int, width: int) -> _NoiseEntry:
         entry = self.by_shape.get((rows, width))
         if entry is None:
             with torch.inference_mode(False):  # a normal tensor: filled in and out of the mode
