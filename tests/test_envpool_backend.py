@@ -11,7 +11,10 @@ the same trajectory as the synchronous pool with the same seed.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import textwrap
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +30,7 @@ from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule  # noq
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner  # noqa: E402
 from envrunners.env.vector.envpool_vector_env import (  # noqa: E402
     EnvPoolVectorEnv,
+    async_num_threads,
     envpool_task_id,
 )
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv  # noqa: E402
@@ -354,3 +358,52 @@ def test_direct_send_recv_gives_what_envpools_own_calls_give():
             np.testing.assert_array_equal(a, b)
             assert a.dtype == b.dtype
     assert sum(row[2].sum() for row in runs[0][1:]) >= 2  # episode ends (autoresets) crossed
+
+
+def test_asynchronous_pools_leave_a_core_to_the_acting_thread():
+    """EnvPool's own default (0: a thread per core) stays for synchronous pools; an
+    asynchronous one gets ``min(batch, cores - 1)`` threads unless asked otherwise,
+    also after ``async_reset`` rebuilt it."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert async_num_threads(3) == max(1, min(3, cores - 1))
+    assert async_num_threads(1) == 1
+    pools = [
+        EnvPoolVectorEnv("CartPole-v1", 4, seed=1),
+        EnvPoolVectorEnv("CartPole-v1", 4, batch_size=3, seed=1),
+        EnvPoolVectorEnv("CartPole-v1", 4, batch_size=2, seed=1, num_threads=2),
+    ]
+    try:
+        sync, default, explicit = pools
+        assert sync.pool.config["num_threads"] == 0
+        assert default.pool.config["num_threads"] == async_num_threads(3)
+        assert explicit.pool.config["num_threads"] == 2
+        for env in (default, explicit):
+            env.async_reset()
+            env.async_reset()  # a used pool is rebuilt with the same options
+        assert default.pool.config["num_threads"] == async_num_threads(3)
+        assert explicit.pool.config["num_threads"] == 2
+    finally:
+        for env in pools:
+            env.close()
+
+
+def test_a_pool_left_open_closes_silently_at_interpreter_exit():
+    """A runner on an EnvPool env that is never stopped: the pool is closed by the
+    vector env's ``__del__`` while the interpreter shuts down, without a traceback."""
+    script = textwrap.dedent(
+        """
+        from envrunners.algorithms.algorithm_config import AlgorithmConfig
+        from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+        config = AlgorithmConfig().environment("envpool:CartPole-v1").env_runners(
+            num_envs_per_env_runner=4, ready_first_batch_size=2)
+        runner = SingleAgentEnvRunner(config=config)
+        runner.sample(num_timesteps=32)
+        print("sampled")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "sampled"
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -93,16 +93,20 @@ class ColumnBuffer:
     def write_at(self, cells: np.ndarray, value: Any) -> None:
         """Set cell ``cells[j]`` (``row * num_envs + env``, see :meth:`cells`) to ``value[j]``:
         one ready-first batch, each sub-env at its own row."""
-        flat = self.cells()
-        if isinstance(flat, np.ndarray):
+        flat = self._cells
+        if flat is None:
+            flat = self.cells()
+        if type(flat) is np.ndarray:
             flat[cells] = value
         else:
             tree_map(lambda buf, v: buf.__setitem__(cells, v), flat, value)
 
     def gather(self, cells: np.ndarray) -> Any:
         """The batch of cells ``cells[j]`` (a copy), in their order (see :meth:`cells`)."""
-        flat = self.cells()
-        if isinstance(flat, np.ndarray):
+        flat = self._cells
+        if flat is None:
+            flat = self.cells()
+        if type(flat) is np.ndarray:
             return flat.take(cells, axis=0)
         return tree_map(lambda buf: buf.take(cells, axis=0), flat)
 

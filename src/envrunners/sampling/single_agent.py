@@ -467,6 +467,9 @@ class SingleAgentSampler:
         n_fresh = int(fresh.sum())
         top = base  # no sub-env's row is past this
         send_failed = False
+        # Flat views of the step columns (cell ``row * n_envs + env``), made again when
+        # ``_capacity`` replaces the arrays.
+        flat_rewards, flat_terms, flat_truncs = self._flat_step_columns()
         while send_failed or ((eps < target) if episode_mode else (ts < target)):
             results = ENV_STEP_FAILURE if send_failed else recv_fn()
             send_failed = False
@@ -492,12 +495,15 @@ class SingleAgentSampler:
                 finished = []
                 ts = eps = 0
                 top = base
+                flat_rewards, flat_terms, flat_truncs = self._flat_step_columns()
                 continue
             ids, raw_obs, rewards, terms, truncs, infos = results
-            ids = np.asarray(ids, np.int64)
+            if type(ids) is not np.ndarray:
+                ids = np.asarray(ids, np.int64)
             top += 1
             if top + 1 >= self._rows_capacity:
                 self._capacity(top + 2)
+                flat_rewards, flat_terms, flat_truncs = self._flat_step_columns()
             p = ptr[ids]
             first = fresh[ids] if n_fresh else None
             # A reset observation (first ever, or after a done) is not a timestep.
@@ -513,18 +519,20 @@ class SingleAgentSampler:
                 if lost_steps > max_lost_steps:
                     raise _keep_failing_error(lost_steps, result.num_sub_env_failures)
                 new = new | failed
+            # Flat cell indices ``row * n_envs + env`` (1-D fancy indexing is the cheap kind).
+            cells = p * n_envs
+            cells += ids
             if first is not None and first.any():  # a first reset obs fills row ``base``
                 newp = p + ~first
                 fresh[ids] = False
                 n_fresh -= int(first.sum())
+                new_cells = newp * n_envs + ids
             else:
                 newp = p + 1
-            # Flat cell indices ``row * n_envs + env`` (1-D fancy indexing is the cheap kind).
-            cells = p * n_envs + ids
-            new_cells = newp * n_envs + ids
-            self._rewards.reshape(-1)[cells] = rewards if reward_fn is None else reward_fn(rewards)
-            self._terms.reshape(-1)[cells] = terms
-            self._truncs.reshape(-1)[cells] = truncs
+                new_cells = cells + n_envs
+            flat_rewards[cells] = rewards if reward_fn is None else reward_fn(rewards)
+            flat_terms[cells] = terms
+            flat_truncs[cells] = truncs
             ptr[ids] = newp
             obs = obs_fn(raw_obs)
             if self._obs is None:
@@ -597,17 +605,22 @@ class SingleAgentSampler:
     def _write_outputs_at(self, cells: np.ndarray, actions: Any, extras: dict) -> None:
         """Write a ready-first batch's actions and extra outputs at each sub-env's row
         (``cells``: ``row * num_envs + env`` per sub-env, see ``ColumnBuffer.cells``)."""
-        capacity = self._obs.capacity
-        if self._actions is None:
-            self._actions = ColumnBuffer.for_envs(actions, self.num_envs, capacity)
-        self._actions.write_at(cells, actions)
+        buf = self._actions
+        if buf is None:
+            buf = self._actions = ColumnBuffer.for_envs(actions, self.num_envs, self._obs.capacity)
+        buf.write_at(cells, actions)
         buffers = self._extras
         for key, value in extras.items():
             buf = buffers.get(key)
             if buf is None:
-                buf = buffers[key] = ColumnBuffer.for_envs(value, self.num_envs, capacity)
+                buf = buffers[key] = ColumnBuffer.for_envs(value, self.num_envs, self._obs.capacity)
             buf.write_at(cells, value)
         self._extras_written.update(extras)
+
+    def _flat_step_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The reward, terminated and truncated columns as flat views (cell
+        ``row * num_envs + env``), for the ready-first loop's writes."""
+        return self._rewards.reshape(-1), self._terms.reshape(-1), self._truncs.reshape(-1)
 
     def _store_infos(self, rows: np.ndarray, ids: np.ndarray, infos: list[dict]) -> None:
         """Keep the non-empty info dicts of a ready-first batch at each sub-env's row."""

@@ -65,11 +65,13 @@ def run_plan(plan: list[tuple[torch.Tensor, torch.Tensor, Any]], x: torch.Tensor
 
 
 _DATA_PTR = torch.Tensor.data_ptr
-_NUMPY_ACTIVATIONS = {
-    "tanh": lambda h: np.tanh(h, out=h),
-    "relu": lambda h: np.maximum(h, 0.0, out=h),
-    "linear": None,
-    None: None,
+#: Per activation name: ``(ufunc, second operand or None)``, applied in place as
+#: ``ufunc(h, out=h)`` / ``ufunc(h, operand, out=h)`` (no Python frame per layer).
+_NUMPY_ACTIVATIONS: dict[Any, tuple[Any, Any]] = {
+    "tanh": (np.tanh, None),
+    "relu": (np.maximum, np.float32(0.0)),
+    "linear": (None, None),
+    None: (None, None),
 }
 
 
@@ -91,7 +93,8 @@ class NumpyPlan:
     __slots__ = ("layers", "params", "pointers")
 
     def __init__(self, layers: list, params: list[torch.Tensor]):
-        #: Per layer ``(W (out, in), bias column (out, 1), in-place activation or None)``.
+        #: Per layer ``(W (out, in), bias column (out, 1), activation ufunc or None, its
+        #: second operand or None)``.
         self.layers = layers
         self.params = params
         self.pointers = [p.data_ptr() for p in params]
@@ -107,19 +110,23 @@ class NumpyPlan:
         last = len(mlp.layers) - 1
         layers = []
         for i, layer in enumerate(mlp.layers):
-            act = _NUMPY_ACTIVATIONS[mlp.activation] if (i < last or mlp.activate_last) else None
-            layers.append(
-                (layer.weight.detach().numpy(), layer.bias.detach().numpy()[:, None], act)
-            )
+            act, operand = _NUMPY_ACTIVATIONS[mlp.activation]
+            if i == last and not mlp.activate_last:
+                act = operand = None
+            weight, bias = layer.weight.detach().numpy(), layer.bias.detach().numpy()[:, None]
+            layers.append((weight, bias, act, operand))
         return cls(layers, params)
 
     def run_transposed(self, h: np.ndarray) -> np.ndarray:
         """``(in, B)`` float32 input -> ``(out, B)`` output (a fresh array)."""
-        for weight, bias, act in self.layers:
+        for weight, bias, act, operand in self.layers:
             h = weight @ h
             h += bias
             if act is not None:
-                act(h)
+                if operand is None:
+                    act(h, out=h)
+                else:
+                    act(h, operand, out=h)
         return h
 
 

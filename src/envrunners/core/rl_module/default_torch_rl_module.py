@@ -67,6 +67,7 @@ from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
 __all__ = ["DefaultTorchRLModule", "compute_actions_numpy", "default_rl_module_spec"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+_LOGADDEXP = np.logaddexp
 _LOGADDEXP_REDUCE = np.logaddexp.reduce
 _NO_CONTEXT = contextlib.nullcontext()
 #: Batch keys of the previous actions / rewards an LSTM with
@@ -586,6 +587,8 @@ def _categorical_numpy_outputs(
         actions, logp = _sample_categorical_numpy(logits, generator, logits_t)
     else:
         actions, logp = logits.argmax(-1), np.zeros(len(logits), np.float32)
+    if actions.dtype != fast["action_dtype"]:
+        actions = actions.astype(fast["action_dtype"])
     out = {
         Columns.ACTIONS: actions,
         Columns.ACTION_LOGP: logp,
@@ -593,7 +596,7 @@ def _categorical_numpy_outputs(
     }
     if values is not None:
         out[Columns.VF_PREDS] = values
-    return _with_action_dtype(out, fast)
+    return out
 
 
 def _with_action_dtype(out: dict[str, np.ndarray], fast: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -613,22 +616,29 @@ def _as_numpy(value: Any, to_numpy: Any) -> np.ndarray:
     return value if type(value) is np.ndarray else to_numpy(value)
 
 
+#: ``(torch buffer, its numpy view, row starts, scratch)`` (see ``_NoiseBuffers``).
+_NoiseEntry = tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]
+
+
 class _NoiseBuffers(threading.local):
     """Per thread, per ``(rows, width)``: a torch buffer for the exponential draws, its
-    numpy view and the flat index of each row's start."""
+    numpy view, the flat index of each row's start and a scratch array for the
+    perturbed scores (read only by the ``argmax`` that follows)."""
 
     def __init__(self) -> None:
-        self.by_shape: dict[tuple[int, int], tuple[torch.Tensor, np.ndarray, np.ndarray]] = {}
+        self.by_shape: dict[tuple[int, int], _NoiseEntry] = {}
 
-    def get(self, rows: int, width: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    def get(self, rows: int, width: int) -> _NoiseEntry:
         entry = self.by_shape.get((rows, width))
         if entry is None:
             with torch.inference_mode(False):  # a normal tensor: filled in and out of the mode
                 buffer = torch.empty((rows, width))
+            noise = buffer.numpy()
             entry = self.by_shape[(rows, width)] = (
                 buffer,
-                buffer.numpy(),
+                noise,
                 np.arange(rows) * width,
+                np.empty_like(noise),
             )
         return entry
 
@@ -666,6 +676,8 @@ def _sample_categorical_numpy(
     actions, starts = _gumbel_max(logits, generator)
     if logits_t is None:
         log_norm = _LOGADDEXP_REDUCE(logits, axis=-1)
+    elif logits_t.shape[0] == 2:  # what the reduction computes over two rows, in one call
+        log_norm = _LOGADDEXP(logits_t[0], logits_t[1])
     else:
         log_norm = _LOGADDEXP_REDUCE(logits_t, axis=0)
     logp = logits.take(starts + actions)
@@ -678,10 +690,14 @@ def _gumbel_max(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``argmax(scores - log E)`` per row, ``E`` torch's exponential draws; also the flat
     index of each row's start (to pick the chosen entries out of ``scores``)."""
-    rows, width = scores.shape
-    buffer, noise, starts = _NOISE.get(rows, width)
-    buffer.exponential_(generator=generator)
-    perturbed = np.log(noise)  # a fresh array: the buffer is only read here
+    shape = scores.shape
+    entry = _NOISE.by_shape.get(shape)
+    buffer, noise, starts, perturbed = _NOISE.get(*shape) if entry is None else entry
+    if generator is None:  # the same draws; a call without keywords parses faster
+        buffer.exponential_()
+    else:
+        buffer.exponential_(generator=generator)
+    np.log(noise, out=perturbed)  # the torch buffer itself is only read
     return np.subtract(scores, perturbed, out=perturbed).argmax(-1), starts
 
 

@@ -24,6 +24,10 @@ actions; the per-sub-env episode rules are the same as in ``step``.
 
 from __future__ import annotations
 
+import contextlib
+import operator
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -37,6 +41,7 @@ __all__ = [
     "ATARI_DEFAULTS",
     "ENVPOOL_PREFIX",
     "EnvPoolVectorEnv",
+    "async_num_threads",
     "envpool_from_config",
     "envpool_task_id",
     "import_envpool",
@@ -111,6 +116,23 @@ def envpool_task_id(env: Any) -> str:
     return task
 
 
+def async_num_threads(batch_size: int) -> int:
+    """EnvPool threads for an asynchronous pool: ``batch_size``, but one core fewer than
+    this process may use (at least one thread).
+
+    Why: stepped ready-first, the sampler acts on one batch while the pool steps the
+    other, so the acting thread is busy too; EnvPool's own default (``num_threads=0``:
+    ``min(batch_size, cores)``) puts a thread on every core, and on a small machine
+    the pool's threads then preempt the acting thread. A synchronous pool keeps
+    EnvPool's default: the sampler waits while it steps.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity API (macOS, Windows)
+        cores = os.cpu_count() or 1
+    return max(1, min(int(batch_size), cores - 1))
+
+
 def _is_atari(spec_config: Any) -> bool:
     return hasattr(spec_config, "stack_num") and hasattr(spec_config, "frame_skip")
 
@@ -126,7 +148,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         return_infos: Return EnvPool's infos split per sub-env (else empty dicts).
         **make_kwargs: Further ``envpool.make`` options (``max_episode_steps``,
             ``num_threads``, Atari's ``episodic_life``...). Atari tasks start from
-            ``ATARI_DEFAULTS``, which these override.
+            ``ATARI_DEFAULTS``, which these override. An asynchronous pool's
+            ``num_threads`` defaults to :func:`async_num_threads`.
     """
 
     def __init__(
@@ -159,6 +182,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
             spec_config = envpool.make_spec(task_id).config
         self.is_atari = _is_atari(spec_config)
         options = {**ATARI_DEFAULTS, **make_kwargs} if self.is_atari else dict(make_kwargs)
+        if batch_size < num_envs and "num_threads" not in options:
+            options["num_threads"] = async_num_threads(batch_size)
         unknown = sorted(set(options) - set(spec_config._fields))
         if unknown:
             raise ConfigError(
@@ -225,6 +250,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         ):
             return
         self._recv_index = tuple(state_keys.index(key) for key in wanted)
+        self._recv_get = operator.itemgetter(*self._recv_index)
         # ``send`` lists [env_id, players.env_id (the same ids), action] in the pool's order.
         if sorted(action_keys) == ["action", "env_id", "players.env_id"]:
             slots = {"env_id": 0, "players.env_id": 0, "action": 1}
@@ -255,17 +281,20 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         returned then) and ``terminated`` is computed as EnvPool's gymnasium wrapper
         does it (``done & ~trunc``).
         """
-        index = self._recv_index
-        if index is None:
+        if self._recv_index is None:
             obs, rewards, terms, truncs, info = self.pool.recv()
             return obs, rewards, terms, truncs, info["env_id"], info
-        state = self.pool._recv()
-        done, truncs = state[index[2]], state[index[3]]
-        return state[index[0]], state[index[1]], done & ~truncs, truncs, state[index[4]], None
+        obs, rewards, done, truncs, env_ids = self._recv_get(self.pool._recv())
+        # ``done & ~truncs`` in one pass (for booleans ``a > b`` is ``a and not b``).
+        return obs, rewards, np.greater(done, truncs), truncs, env_ids, None
 
     def _send_arrays(self, actions: np.ndarray, env_ids: np.ndarray | None) -> None:
         """EnvPool's ``send(actions, env_ids)`` (all sub-envs for None), directly on the fast
-        path once EnvPool's own ``send`` has checked the first action."""
+        path once EnvPool's own ``send`` has checked the first action.
+
+        The pool reads the arrays it is handed when its threads step, after this
+        returns: it gets copies (in its dtypes), never the caller's arrays.
+        """
         order = self._send_order
         if order is None or not self._action_checked or type(actions) is not np.ndarray:
             self.pool.send(actions, env_ids)
@@ -365,19 +394,20 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         flags False) after its next ``send``, whatever action that carried.
         """
         obs, rewards, terms, truncs, env_ids, info = self._recv_arrays()
-        env_ids = np.asarray(env_ids)
-        return (
-            env_ids,
-            self._obs_out(obs),
-            rewards,
-            terms,
-            truncs,
-            self._infos_out(info, len(env_ids)),
+        if self._channels_last:
+            obs = self._obs_out(obs)
+        infos = (
+            [{} for _ in range(len(env_ids))]
+            if info is None
+            else self._infos_out(info, len(env_ids))
         )
+        return np.asarray(env_ids), obs, rewards, terms, truncs, infos
 
     def send(self, actions: Any, env_ids: Any) -> None:
         """Hand ``actions[j]`` to sub-env ``env_ids[j]`` (ids as ``recv()`` returned them)."""
-        self._send_arrays(np.asarray(actions), np.asarray(env_ids, dtype=np.int32))
+        if type(env_ids) is not np.ndarray:
+            env_ids = np.asarray(env_ids, dtype=np.int32)
+        self._send_arrays(actions if type(actions) is np.ndarray else np.asarray(actions), env_ids)
 
     # -- the rest of gymnasium's API ----------------------------------------------------
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
@@ -391,12 +421,18 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         return (getattr(self.pool, name),) * self.num_envs
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Stop the pool's threads."""
+        """Stop the pool's threads; silently while the interpreter shuts down (a pool
+        still open then is closed by ``__del__``, when ``warnings`` may be gone)."""
         pool = getattr(self, "pool", None)
-        if pool is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+        if pool is None:
+            return
+        if sys.is_finalizing():
+            with contextlib.suppress(Exception):
                 pool.close()
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pool.close()
 
 
 def is_envpool_id(env: Any) -> bool:
