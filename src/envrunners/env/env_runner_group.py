@@ -731,9 +731,12 @@ class EnvRunnerGroup:
         if new_stack:
             weights = state[RL_MODULE]
             ref = weights if is_object_ref(weights) else ray.put(weights)
-            push = {RL_MODULE: ref, SEQ_NO: int(state.get(SEQ_NO, 0) or 0)}
-            self._broadcast.weights = push
-            func, kwargs = remote.apply_state, {"state": push, "global_vars": global_vars}
+            seq_no = int(state.get(SEQ_NO, 0) or 0)
+            self._broadcast.weights = {RL_MODULE: ref, SEQ_NO: seq_no}
+            # The ref is the call's own argument, as in a plain ``actor.f.remote(ref)``:
+            # Ray resolves it before the call (no ref pickled inside a dict).
+            func = remote.install_weights
+            kwargs = {"weights": ref, "weights_seq_no": seq_no, "global_vars": global_vars}
         else:
             ref = ray.put(state["weights"])
             func, kwargs = remote.apply_weights, {"weights": ref, "global_vars": global_vars}

@@ -302,7 +302,7 @@ class RLModule(nn.Module):
                 value = state[name]
                 if not isinstance(value, torch.Tensor):
                     value = torch.from_numpy(np.asarray(value))
-                if tuple(value.shape) != tuple(target.shape):
+                if value.shape != target.shape:
                     raise ValueError(
                         f"{type(self).__name__}.set_state: {name!r} has shape "
                         f"{tuple(value.shape)}, the module expects {tuple(target.shape)}."
@@ -312,15 +312,25 @@ class RLModule(nn.Module):
         # Copying into adopted (copy-on-write) storage would fault in every page;
         # fresh memory is faster and drops the object-store pages at once.
         fresh = getattr(self, "_adopted_storage", False)
+        adopted = False
+        targets, values = [], []
         with torch.no_grad():  # all checked first, so a bad state changes nothing
             for target, value, take in pairs:
                 if take:
                     target.data = value
+                    adopted = True
                 elif fresh:
                     target.data = torch.empty_like(target).copy_(value)
                 else:
-                    target.copy_(value)
-        self._adopted_storage = any(take for _, _, take in pairs)
+                    targets.append(target)
+                    values.append(value)
+            if targets:
+                # One dispatch for all in-place copies (a small module's dozen copy_
+                # calls cost more than the bytes they move).
+                torch._foreach_copy_(targets, values)
+        self._adopted_storage = adopted
+        #: Whether this call gave some parameter new storage (views of the old are stale).
+        self._storage_replaced = adopted or (fresh and bool(pairs))
 
     def save_to_path(self, path: str | os.PathLike) -> str:
         """Write the state as ``<path>/module_state.npz`` (numpy's format, no pickle).
