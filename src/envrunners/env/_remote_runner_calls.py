@@ -101,12 +101,18 @@ def install_weights(
     return int(getattr(runner, "_weights_seq_no", 0) or 0)
 
 
+_in_actor = False  # set once this process is known to run a Ray actor (it stays one)
+
+
 def _adoptable(weights: dict) -> Any:
     """``weights`` as views the module may adopt (inside a Ray actor), else as they are."""
-    import ray
+    global _in_actor
+    if not _in_actor:
+        import ray
 
-    if ray.get_runtime_context().get_actor_id() is None:
-        return weights
+        if ray.get_runtime_context().get_actor_id() is None:
+            return weights
+        _in_actor = True
     from envrunners.utils.cow_arrays import adoptable_state
 
     adoptable = adoptable_state(weights)

@@ -738,7 +738,9 @@ class EnvRunnerGroup:
             # The ref is the call's own argument, as in a plain ``actor.f.remote(ref)``:
             # Ray resolves it before the call (no ref pickled inside a dict).
             func = remote.install_weights
-            kwargs = {"weights": ref, "weights_seq_no": seq_no, "global_vars": global_vars}
+            kwargs = {"weights": ref, "weights_seq_no": seq_no}
+            if global_vars is not None:  # (each argument costs a serialization)
+                kwargs["global_vars"] = global_vars
         else:
             ref = ray.put(state["weights"])
             func, kwargs = remote.apply_weights, {"weights": ref, "global_vars": global_vars}
