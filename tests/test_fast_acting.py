@@ -127,6 +127,32 @@ def test_numpy_step_sees_weight_changes():
     check()
 
 
+def test_set_state_copied_in_place_keeps_the_acting_path_current():
+    """Weights that ``set_state`` copies into the same storage act at once, with the
+    same acting path (not rebuilt); the numpy forward equals the torch one after it."""
+    module = _module(use_lstm=False)
+    obs = np.random.default_rng(2).uniform(-1, 1, (ROWS, 4)).astype(np.float32)
+    module.compute_actions_numpy(obs, explore=False)
+    plan = module._fast
+    new = {k: v * 1.5 + 0.01 for k, v in module.get_state().items()}
+    module.set_state(new)
+    assert module._fast is plan
+    out = module.compute_actions_numpy(obs, explore=False, with_values=True)
+    fresh = _module(use_lstm=False)
+    fresh.set_state(new)
+    with torch.no_grad():
+        ref = fresh.forward_inference({Columns.OBS: torch.from_numpy(obs)})
+    np.testing.assert_allclose(
+        out[Columns.ACTION_DIST_INPUTS], ref[Columns.ACTION_DIST_INPUTS].numpy(), rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        out[Columns.VF_PREDS],
+        fresh.compute_values({Columns.OBS: torch.from_numpy(obs)}).detach().numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
 def test_inference_only_module_steps_on_numpy():
     module = _module(vf_share_layers=False, inference_only=True)
     obs = np.zeros((ROWS, 4), np.float32)

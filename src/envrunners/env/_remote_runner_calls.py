@@ -38,6 +38,7 @@ __all__ = [
     "foreach_policy_to_train",
     "freeze_gc",
     "get_connector_states",
+    "install_weights",
     "merge_on_runner",
     "module_state",
     "prepare_standby",
@@ -74,6 +75,50 @@ def apply_state(runner: Any, state: dict, global_vars: dict | None = None) -> in
     return int(getattr(runner, "_weights_seq_no", 0) or 0)
 
 
+def install_weights(
+    runner: Any, weights: Any, weights_seq_no: int = 0, global_vars: dict | None = None
+) -> int:
+    """Runner side of a weight push: ``set_state`` of the weights; returns the runner's seq no.
+
+    The group passes the weights' ObjectRef as this call's own argument, so Ray
+    resolves it before the call (as for any actor method taking a ref), and no
+    ref travels inside a pickled dict (about 50 us less to send, no ``ray.get``
+    here). Inside a Ray actor the module adopts copy-on-write views of them
+    (``adoptable_state``) instead of copying. Same gating by ``weights_seq_no``
+    and the same errors as ``apply_state``.
+    """
+    try:
+        seq = int(weights_seq_no or 0)
+        if isinstance(weights, dict) and (
+            seq == 0 or int(getattr(runner, "_weights_seq_no", 0) or 0) < seq
+        ):
+            weights = _adoptable(weights)
+        runner.set_state({RL_MODULE: weights, SEQ_NO: seq})
+        if global_vars and hasattr(runner, "set_global_vars"):
+            runner.set_global_vars(global_vars)
+    except Exception as err:
+        raise _runner_error(runner, "set_state()", err) from err
+    return int(getattr(runner, "_weights_seq_no", 0) or 0)
+
+
+_in_actor = False  # set once this process is known to run a Ray actor (it stays one)
+
+
+def _adoptable(weights: dict) -> Any:
+    """``weights`` as views the module may adopt (inside a Ray actor), else as they are."""
+    global _in_actor
+    if not _in_actor:
+        import ray
+
+        if ray.get_runtime_context().get_actor_id() is None:
+            return weights
+        _in_actor = True
+    from envrunners.utils.cow_arrays import adoptable_state
+
+    adoptable = adoptable_state(weights)
+    return weights if adoptable is None else adoptable
+
+
 def adoptable_weights(runner: Any, state: dict) -> dict:
     """``state`` with its weights ref resolved into views the module may adopt.
 
@@ -94,11 +139,8 @@ def adoptable_weights(runner: Any, state: dict) -> dict:
 
     if ray.get_runtime_context().get_actor_id() is None:
         return state
-    from envrunners.utils.cow_arrays import adoptable_state
-
     weights = ray.get(ref)
-    adoptable = adoptable_state(weights) if isinstance(weights, dict) else None
-    return {**state, RL_MODULE: weights if adoptable is None else adoptable}
+    return {**state, RL_MODULE: _adoptable(weights) if isinstance(weights, dict) else weights}
 
 
 def apply_weights(

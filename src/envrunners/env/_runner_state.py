@@ -195,10 +195,13 @@ class BroadcastRecord:
         self.runner_state: dict = {}
         self._restore_cache: tuple[int, dict] | None = None
 
-    def drop_weights(self) -> None:
-        """Let go of the last weights (before a new ``ray.put``: the store can reuse them)."""
+    def drop_weights(self) -> tuple[dict | None, tuple[int, dict] | None]:
+        """Forget the last weights; returns what held them, for the caller to let go of
+        when it suits it (freeing an object nobody else keeps costs time)."""
+        previous = (self.weights, self._restore_cache)
         self.weights = None
         self._restore_cache = None
+        return previous
 
     def restore_state(self, local_runner: Any, peer_weights: Callable[[], dict | None]) -> dict:
         """The state a restored runner gets (cached per broadcast version).

@@ -323,10 +323,13 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
         """``RLModule.set_state``; also drops the acting path's views of replaced storage.
 
         Why: adopted weights replace parameter storage; numpy views of the old
-        storage would otherwise keep it (and its object-store pages) alive.
+        storage would otherwise keep it (and its object-store pages) alive. Weights
+        copied in place keep the views valid: the acting path is kept (not rebuilt
+        on the next forward).
         """
-        self._fast = self._fast_recurrent = None
         super().set_state(state)
+        if self._storage_replaced:
+            self._fast = self._fast_recurrent = None
 
     def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """``nn.Module.load_state_dict`` that also refreshes the acting path's references."""

@@ -74,6 +74,11 @@ def _unflatten_state(flat: Mapping[str, np.ndarray]) -> StateDict:
     return state
 
 
+#: Whether torch has warned (once per process, under ``set_state``'s filter) that a
+#: numpy array it wraps is read-only: later calls need no warnings filter.
+_read_only_warned = False
+
+
 def _can_adopt(array: Any, value: torch.Tensor, target: torch.Tensor) -> bool:
     """Whether ``target`` may use ``value``'s memory (a writable numpy array) as its own."""
     return (
@@ -294,33 +299,57 @@ class RLModule(nn.Module):
                 f"module's {len(own)} entries ({shown}); state keys: {sorted(state)[:5]}..."
             )
         adopt = isinstance(state, AdoptableState)
-        pairs = []
-        with warnings.catch_warnings():
-            # Read-only arrays (from Ray's object store) are only read from here.
-            warnings.filterwarnings("ignore", message=".*not writable.*")
-            for name, target in own.items():
-                value = state[name]
-                if not isinstance(value, torch.Tensor):
-                    value = torch.from_numpy(np.asarray(value))
-                if tuple(value.shape) != tuple(target.shape):
-                    raise ValueError(
-                        f"{type(self).__name__}.set_state: {name!r} has shape "
-                        f"{tuple(value.shape)}, the module expects {tuple(target.shape)}."
-                    )
-                take = adopt and _can_adopt(state[name], value, target)
-                pairs.append((target, value, take))
+        if _read_only_warned:
+            pairs = self._state_pairs(own, state, adopt)
+        else:
+            with warnings.catch_warnings():
+                # Read-only arrays (from Ray's object store) are only read from here.
+                warnings.filterwarnings("ignore", message=".*not writable.*")
+                pairs = self._state_pairs(own, state, adopt)
         # Copying into adopted (copy-on-write) storage would fault in every page;
         # fresh memory is faster and drops the object-store pages at once.
         fresh = getattr(self, "_adopted_storage", False)
+        adopted = False
+        targets, values = [], []
         with torch.no_grad():  # all checked first, so a bad state changes nothing
             for target, value, take in pairs:
                 if take:
                     target.data = value
+                    adopted = True
                 elif fresh:
                     target.data = torch.empty_like(target).copy_(value)
                 else:
-                    target.copy_(value)
-        self._adopted_storage = any(take for _, _, take in pairs)
+                    targets.append(target)
+                    values.append(value)
+            if targets:
+                # One dispatch for all in-place copies (a small module's dozen copy_
+                # calls cost more than the bytes they move).
+                torch._foreach_copy_(targets, values)
+        # Plain flags: ``object.__setattr__`` skips nn.Module's parameter/buffer checks.
+        object.__setattr__(self, "_adopted_storage", adopted)
+        #: Whether this call gave some parameter new storage (views of the old are stale).
+        object.__setattr__(self, "_storage_replaced", adopted or (fresh and bool(pairs)))
+
+    def _state_pairs(
+        self, own: Mapping[str, torch.Tensor], state: Mapping[str, Any], adopt: bool
+    ) -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
+        """``(target, value as a tensor, adopt it)`` per entry; raises on a wrong shape."""
+        global _read_only_warned
+        pairs = []
+        for name, target in own.items():
+            array = state[name]
+            value = array
+            if not isinstance(value, torch.Tensor):
+                value = torch.from_numpy(np.asarray(value))
+                if isinstance(array, np.ndarray) and not array.flags.writeable:
+                    _read_only_warned = True  # (only called under the filter while False)
+            if value.shape != target.shape:
+                raise ValueError(
+                    f"{type(self).__name__}.set_state: {name!r} has shape "
+                    f"{tuple(value.shape)}, the module expects {tuple(target.shape)}."
+                )
+            pairs.append((target, value, adopt and _can_adopt(array, value, target)))
+        return pairs
 
     def save_to_path(self, path: str | os.PathLike) -> str:
         """Write the state as ``<path>/module_state.npz`` (numpy's format, no pickle).
