@@ -22,7 +22,7 @@ import time
 import numpy as np
 import pytest
 from tests.envs.multi_agent import BadMultiAgentEnv, LeavingParallelEnv, ScheduleEnv, make_schedule
-from tests.test_ready_first_sampling import CountingAngleModule
+from tests.test_ready_first_sampling import CountingAngleModule, runner_episodes
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.core.columns import Columns
@@ -346,24 +346,10 @@ def ma_runner(
     return MultiAgentEnvRunner(config=config)
 
 
-def runner_episodes(runner, calls, timesteps, enough=None):
-    """Finished episodes keyed by their first observations, chunks joined by id (at most
-    ``calls`` calls; fewer once ``enough(finished)`` holds)."""
-    chunks: dict[str, list] = {}
-    finished = {}
-    for _ in range(calls):
-        episodes = runner.sample(num_timesteps=timesteps)
-        assert timesteps <= sum(len(e) for e in episodes) <= timesteps + runner.num_envs - 1
-        for e in episodes:
-            chunks.setdefault(e.id_, []).append(e)
-            if e.is_done:
-                parts = chunks.pop(e.id_)
-                first = parts[0].agent_episodes
-                key = b"".join(first[a].get_observations()[0].tobytes() for a in sorted(first))
-                finished[key] = parts
-        if enough is not None and enough(finished):
-            break
-    return finished
+def agents_first_obs_key(episode):
+    """A multi-agent episode's first observation of each agent (in agent order), as bytes."""
+    first = episode.agent_episodes
+    return b"".join(first[a].get_observations()[0].tobytes() for a in sorted(first))
 
 
 def test_runner_with_a_stateful_module_matches_the_sync_runner():
@@ -374,12 +360,12 @@ def test_runner_with_a_stateful_module_matches_the_sync_runner():
         try:
             assert runner.env.is_async == (batch is not None)
             if batch is None:
-                results.append(runner_episodes(runner, 4, 100))
+                results.append(runner_episodes(runner, 4, 100, key=agents_first_obs_key))
             else:  # how evenly the sub-envs advance depends on the scheduler: go on until
                 # 8 of the sync runner's episodes are finished here too
                 sync_keys = set(results[0])
                 enough = lambda finished, keys=sync_keys: len(keys & set(finished)) >= 8  # noqa: E731
-                results.append(runner_episodes(runner, 40, 100, enough))
+                results.append(runner_episodes(runner, 40, 100, enough, agents_first_obs_key))
         finally:
             runner.stop()
     sync, ready = results

@@ -389,9 +389,14 @@ def make_runner(num_envs=4, spec=None, env_config=None, **env_runners):
     return SingleAgentEnvRunner(config=config)
 
 
-def runner_episodes(runner, calls, timesteps, enough=None):
-    """Finished episodes by (first observation, length), chunks joined by id (at most
-    ``calls`` calls; fewer once ``enough(finished)`` holds)."""
+def first_obs_key(episode):
+    """A single-agent episode's first observation, as bytes."""
+    return episode.get_observations()[0].tobytes()
+
+
+def runner_episodes(runner, calls, timesteps, enough=None, key=first_obs_key):
+    """Finished episodes by ``key(first chunk)`` (default: its first observation), chunks
+    joined by id (at most ``calls`` calls; fewer once ``enough(finished)`` holds)."""
     chunks: dict[str, list] = {}
     finished = {}
     for _ in range(calls):
@@ -401,8 +406,7 @@ def runner_episodes(runner, calls, timesteps, enough=None):
             chunks.setdefault(e.id_, []).append(e)
             if e.is_done:
                 parts = chunks.pop(e.id_)
-                key = parts[0].get_observations()[0].tobytes()
-                finished[key] = parts
+                finished[key(parts[0])] = parts
         if enough is not None and enough(finished):
             break
     return finished
