@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from tests.envs.multi_agent import BadMultiAgentEnv, LeavingParallelEnv, ScheduleEnv, make_schedule
 from tests.test_ready_first_sampling import CountingAngleModule, runner_episodes
+from tests.test_shared_memory_vector_env import assert_closed_cleanly
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.core.columns import Columns
@@ -310,12 +311,7 @@ def test_close_stops_every_worker_and_leaves_no_shared_memory():
     env.send([dict.fromkeys(o, 0) for o in obs], ids)  # a step still in flight
     env.close()
     env.close()
-    assert not mp.active_children()
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
-    if os.path.isdir("/dev/shm"):
-        assert set(os.listdir("/dev/shm")) - before == set()
+    assert_closed_cleanly(pids, before)
 
 
 # -- the runner -----------------------------------------------------------------------------

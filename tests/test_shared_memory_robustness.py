@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from tests.test_shared_memory_vector_env import start_stepping
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.core.columns import Columns
@@ -106,13 +107,7 @@ def test_a_hung_worker_is_killed_and_replaced_when_restarting_failed_sub_envs(tm
     )
     try:
         old_pid = env.processes[1].pid
-        if batch_size is None:
-            env.reset(seed=0)
-        else:
-            env.async_reset(seed=0)
-            for _ in range(2):  # both shares received, then sent again
-                ids, *_ = env.recv()
-                env.send(np.zeros(2, np.int64), ids)
+        start_stepping(env, batch_size)
         arm(marker)
         if batch_size is None:
             obs, rew, te, tr, _ = env.step(np.zeros(4, np.int64))

@@ -77,6 +77,27 @@ class FailingCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
+def start_stepping(env, batch_size):
+    """Reset ``env`` (2 workers of 2 sub-envs); ready-first: both shares received and sent again."""
+    if batch_size is None:
+        env.reset(seed=0)
+        return
+    env.async_reset(seed=0)
+    for _ in range(2):
+        ids, *_ = env.recv()
+        env.send(np.zeros(2, np.int64), ids)
+
+
+def assert_closed_cleanly(pids, shm_before):
+    """No worker process left (``pids`` all gone) and no new /dev/shm entry."""
+    assert not mp.active_children()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    if os.path.isdir("/dev/shm"):
+        assert set(os.listdir("/dev/shm")) - shm_before == set()
+
+
 def cartpole_fns(n):
     return [lambda: gym.make("CartPole-v1") for _ in range(n)]
 
@@ -315,13 +336,7 @@ def test_a_killed_worker_is_replaced_when_restarting_failed_sub_envs(batch_size)
     )
     try:
         old_pid = env.processes[1].pid
-        if batch_size is None:
-            env.reset(seed=0)
-        else:
-            env.async_reset(seed=0)
-            for _ in range(2):  # both shares received, then sent again
-                ids, *_ = env.recv()
-                env.send(np.zeros(2, np.int64), ids)
+        start_stepping(env, batch_size)
         os.kill(old_pid, signal.SIGKILL)
         if batch_size is None:
             obs, rew, te, tr, _ = env.step(np.zeros(4, np.int64))
@@ -373,12 +388,7 @@ def test_close_stops_every_worker_and_leaves_no_shared_memory():
     env.send(np.zeros(2, np.int64), ids)  # a step still in flight when closing
     env.close()
     env.close()  # a second close does nothing
-    assert not mp.active_children()
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
-    if os.path.isdir("/dev/shm"):
-        assert set(os.listdir("/dev/shm")) - before == set()
+    assert_closed_cleanly(pids, before)
     with pytest.raises(RuntimeError, match="closed"):
         env.recv()
 
