@@ -236,23 +236,50 @@ def test_restored_when_sample_raises(custom_thresholds):
         runner.stop()
 
 
-def test_multi_agent_sample_pauses_and_restores(custom_thresholds):
+class EnabledProbeEnv(ThresholdProbeEnv):
+    """A ``ThresholdProbeEnv`` that also records ``gc.isenabled()`` at every step."""
+
+    enabled: list[bool] = []
+
+    def step(self, action):
+        EnabledProbeEnv.enabled.append(gc.isenabled())
+        return super().step(action)
+
+
+def _multi_agent_runner(**runner_kw):
     config = (
         PPOConfig()
         .environment(
-            make_multi_agent(lambda cfg: ThresholdProbeEnv(cfg)),
+            make_multi_agent(lambda cfg: EnabledProbeEnv(cfg)),
             env_config={"num_agents": 2, "episode_len": 4},
         )
-        .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=10)
+        .env_runners(num_envs_per_env_runner=1, rollout_fragment_length=10, **runner_kw)
         .multi_agent(policies={"p0"}, policy_mapping_fn=lambda aid, *a, **kw: "p0")
     )
-    runner = MultiAgentEnvRunner(config=config)
+    return MultiAgentEnvRunner(config=config)
+
+
+def test_multi_agent_sample_pauses_and_restores(custom_thresholds):
+    runner = _multi_agent_runner()
     try:
-        ThresholdProbeEnv.seen = []
+        ThresholdProbeEnv.seen, EnabledProbeEnv.enabled = [], []
         runner.sample(num_timesteps=10)
         assert ThresholdProbeEnv.seen
         assert set(ThresholdProbeEnv.seen) == {(DEFERRED_GEN0_THRESHOLD, 7, 9)}
-        assert gc.get_threshold() == CUSTOM and not gc_deferred_now()
+        assert set(EnabledProbeEnv.enabled) == {False}  # the sampler's loop: paused_gc
+        assert gc.get_threshold() == CUSTOM and gc.isenabled() and not gc_deferred_now()
+    finally:
+        runner.stop()
+
+
+def test_multi_agent_key_false_leaves_the_collector_alone(custom_thresholds):
+    runner = _multi_agent_runner(pause_gc_during_sample=False)
+    try:
+        ThresholdProbeEnv.seen, EnabledProbeEnv.enabled = [], []
+        runner.sample(num_timesteps=10)
+        assert set(ThresholdProbeEnv.seen) == {CUSTOM}
+        assert set(EnabledProbeEnv.enabled) == {True}
+        assert gc.get_threshold() == CUSTOM and gc.isenabled()
     finally:
         runner.stop()
 

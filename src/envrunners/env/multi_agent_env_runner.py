@@ -106,6 +106,7 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
             "action_fns": {m: self._m2e_fn(p) for m, p in self._module_to_env.items() if len(p)},
             "lookback": self.config.episode_lookback_horizon,
             "events": events,
+            "pause_gc": getattr(self.config, "pause_gc_during_sample", True),
         }
         if self._sampler is not None and self._sampler.num_envs == self.num_envs:
             for key, value in kwargs.items():  # keep the sampler (a failed step recreates us)

@@ -106,6 +106,7 @@ class MultiAgentSampler:
         recv_fn: Callable[[], Any] | None = None,
         send_fn: Callable[[list, Any], Any] | None = None,
         async_reset_fn: Callable[[], None] | None = None,
+        pause_gc: bool = True,
     ):
         self.num_envs = num_envs
         self.new_episode = new_episode
@@ -122,6 +123,9 @@ class MultiAgentSampler:
         self.recv_fn = recv_fn
         self.send_fn = send_fn
         self.async_reset_fn = async_reset_fn
+        #: Whether ``run()`` pauses the cyclic collector (the runners'
+        #: ``pause_gc_during_sample``; see ``envrunners.utils.gc_pause``).
+        self.pause_gc = pause_gc
         #: Whether ``start_async()`` began the episodes: ``run()`` steps ready-first.
         self.ready_first = False
         #: Ready-first: per sub-env, the (module-side) actions and extra outputs in flight.
@@ -287,7 +291,7 @@ class MultiAgentSampler:
         self._tapes = {} if defer_extras and act_fn is not None and not self.events else None
         self._tape_rows = [{} for _ in range(n)]
         loop = self._loop_ready_first if self.ready_first else self._loop
-        with paused_gc() as gc_backstop:  # see envrunners.utils.gc_pause
+        with paused_gc(self.pause_gc) as gc_backstop:  # see envrunners.utils.gc_pause
             env_ts, agent_ts = loop(
                 res, act_fn, explore, target, episode_mode, count_agent_steps, t_offset, gc_backstop
             )

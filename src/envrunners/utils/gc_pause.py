@@ -50,13 +50,17 @@ def _nothing() -> None:
 
 
 @contextlib.contextmanager
-def paused_gc() -> Iterator[Callable[[], None]]:
+def paused_gc(pause: bool = True) -> Iterator[Callable[[], None]]:
     """Run the body with the cyclic collector off (if it was on); restore it after.
 
     Yields the backstop: a loop calls it once per iteration (one C call and a
     compare); it collects the young generation after ``BACKSTOP_OBJECTS``. If
     the collector was off already (the user's choice), the backstop does nothing.
+    ``pause=False`` leaves the collector alone (and yields the no-op backstop).
     """
+    if not pause:
+        yield _nothing
+        return
     enabled = gc.isenabled()
     gc.disable()
     try:
