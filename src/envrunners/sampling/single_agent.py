@@ -42,7 +42,7 @@ from envrunners.env._episode_ids import new_episode_id
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import EnvRunnerError, NonFiniteEnvDataError
-from envrunners.sampling.buffers import ColumnBuffer, RecurrentState, tree_map
+from envrunners.sampling.buffers import ColumnBuffer, RecurrentState, cell_writer, tree_map
 from envrunners.sampling.finite_checks import ObsRewardCheck, episode_step_error
 from envrunners.sampling.sample_result import EpisodeStats, SampleResult
 
@@ -476,6 +476,7 @@ class SingleAgentSampler:
         # Flat views of the step columns and the observations (None: nested), made
         # again when ``_capacity`` replaces the arrays; the output columns' writes.
         flat_rewards, flat_terms, flat_truncs, flat_obs = self._flat_step_columns()
+        write_obs = None if flat_obs is None else cell_writer(flat_obs)
         writes: _OutputWrites | None = None
         plannable = True  # False: a nested output column (written through its buffer)
         while send_failed or ((eps < target) if episode_mode else (ts < target)):
@@ -504,6 +505,7 @@ class SingleAgentSampler:
                 ts = eps = 0
                 top = base
                 flat_rewards, flat_terms, flat_truncs, flat_obs = self._flat_step_columns()
+                write_obs = None if flat_obs is None else cell_writer(flat_obs)
                 writes = None
                 continue
             ids, raw_obs, rewards, terms, truncs, infos = results
@@ -515,6 +517,7 @@ class SingleAgentSampler:
             if top + 1 >= self._rows_capacity:
                 self._capacity(top + 2)
                 flat_rewards, flat_terms, flat_truncs, flat_obs = self._flat_step_columns()
+                write_obs = None if flat_obs is None else cell_writer(flat_obs)
                 writes = None
             cells = cptr[ids]  # the current observations' cells: this step's row
             first = fresh[ids] if n_fresh else None
@@ -546,11 +549,12 @@ class SingleAgentSampler:
             cptr[ids] = new_cells
             obs = obs_fn(raw_obs)
             if flat_obs is not None:
-                flat_obs[new_cells] = obs
+                write_obs(new_cells, obs)
             else:
                 if self._obs is None:
                     self._obs = ColumnBuffer.for_envs(obs, n_envs, self._rows_capacity + 1)
                     flat_obs = self._flat_step_columns()[3]
+                    write_obs = None if flat_obs is None else cell_writer(flat_obs)
                 self._obs.write_at(new_cells, obs)
             if any(infos):
                 self._store_infos(new_cells // n_envs, ids, infos)
@@ -989,10 +993,10 @@ class _OutputWrites:
 
     __slots__ = ("keys", "actions", "columns")
 
-    def __init__(self, keys: frozenset, actions: np.ndarray, columns: tuple):
+    def __init__(self, keys: frozenset, actions: Callable, columns: tuple):
         self.keys = keys
         self.actions = actions
-        self.columns = columns
+        self.columns = columns  # (key, cell_writer of its flat view)
 
     @classmethod
     def plan(cls, sampler: SingleAgentSampler, extras: dict) -> _OutputWrites | None:
@@ -1002,7 +1006,8 @@ class _OutputWrites:
         columns = tuple((key, sampler._extras[key].cells()) for key in extras)
         if type(actions) is not np.ndarray or any(type(c) is not np.ndarray for _, c in columns):
             return None
-        return cls(frozenset(extras), actions, columns)
+        columns = tuple((key, cell_writer(column)) for key, column in columns)
+        return cls(frozenset(extras), cell_writer(actions), columns)
 
     def fits(self, extras: dict) -> bool:
         """Whether ``extras`` has the planned keys."""
@@ -1010,9 +1015,9 @@ class _OutputWrites:
 
     def write(self, cells: np.ndarray, actions: np.ndarray, extras: dict) -> None:
         """Write row ``j`` of the actions and of each output at cell ``cells[j]``."""
-        self.actions[cells] = actions
-        for key, column in self.columns:
-            column[cells] = extras[key]
+        self.actions(cells, actions)
+        for key, write in self.columns:
+            write(cells, extras[key])
 
 
 def _to_env_major(data: Any, rows: int) -> Any:
