@@ -508,10 +508,10 @@ class SingleAgentSampler:
                 write_obs = None if flat_obs is None else cell_writer(flat_obs)
                 writes = None
                 continue
-            ids, raw_obs, rewards, terms, truncs, infos = results
+            env_ids, raw_obs, rewards, terms, truncs, infos = results
             # Platform ints: numpy indexes with them several times faster than with
-            # EnvPool's int32 ids.
-            ids = np.asarray(ids, np.intp)
+            # EnvPool's int32 ids (``send`` gets the env's own ids back).
+            ids = np.asarray(env_ids, np.intp)
             k = len(ids)
             top += 1
             if top + 1 >= self._rows_capacity:
@@ -616,7 +616,7 @@ class SingleAgentSampler:
                 check, self.check_fn = self.check_fn, None
                 check(raw_obs, env_actions)
             # A failed send recreated the env: the next iteration restarts the call.
-            send_failed = send_fn(env_actions, ids) is ENV_STEP_FAILURE
+            send_failed = send_fn(env_actions, env_ids) is ENV_STEP_FAILURE
         result.env_steps = result.agent_steps = ts
         ptr = cptr // n_envs  # each sub-env's current observation row
         end = int(ptr.max())
