@@ -29,7 +29,6 @@ import operator
 import os
 import sys
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -231,9 +230,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self._recv_index: tuple[int, ...] | None = None
         self._send_order: tuple[int, ...] | None = None
         self._action_dtype: Any = None
-        #: ``send(ids, actions)`` to the pool's ``_send``; set once EnvPool's own ``send``
-        #: has checked an action's dtype and shape.
-        self._send_direct: Callable[[np.ndarray, np.ndarray], None] | None = None
+        #: Set once EnvPool's own ``send`` has checked an action's dtype and shape.
+        self._action_checked = False
         try:
             state_keys = list(pool._state_keys)
             action_keys = list(pool._spec._action_keys)
@@ -297,14 +295,14 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         The pool reads the arrays it is handed when its threads step, after this
         returns: it gets copies (in its dtypes), never the caller's arrays.
         """
-        send = self._send_direct
-        if send is None or type(actions) is not np.ndarray:
+        order = self._send_order
+        if order is None or not self._action_checked or type(actions) is not np.ndarray:
             self.pool.send(actions, env_ids)
-            if self._send_order is not None:
-                self._send_direct = _direct_send(self.pool._send, self._send_order)
+            self._action_checked = True
             return
         ids = self._ids if env_ids is None else env_ids.astype(np.int32)
-        send(ids, actions.astype(self._action_dtype, order="C"))
+        parts = (ids, actions.astype(self._action_dtype, order="C"))
+        self.pool._send([parts[slot] for slot in order])
 
     @property
     def is_async(self) -> bool:
@@ -435,16 +433,6 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             pool.close()
-
-
-def _direct_send(
-    send: Callable[[list], None], order: tuple[int, ...]
-) -> Callable[[np.ndarray, np.ndarray], None]:
-    """``fn(ids, actions)`` calling the pool's C++ ``send`` with its arguments listed in
-    ``order`` (0: the ids, 1: the actions)."""
-    if order == (0, 0, 1):  # env_id, players.env_id, action: one list, no lookups
-        return lambda ids, actions: send([ids, ids, actions])
-    return lambda ids, actions: send([(ids, actions)[slot] for slot in order])
 
 
 def is_envpool_id(env: Any) -> bool:
