@@ -382,7 +382,7 @@ class SingleAgentSampler:
                 for i in new_start:
                     seg_start[i] = row
                     states[i] = _new_episode_state()
-                done[new_start] = False
+                    done[i] = False  # (one item: cheaper than indexing with the list)
                 if recurrent is not None:
                     # The reset observation in this row starts from the initial state.
                     recurrent.reset(new_start)
