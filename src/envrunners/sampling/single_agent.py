@@ -425,8 +425,8 @@ class SingleAgentSampler:
         """``run()`` on an asynchronous env: act on whichever sub-envs are ready first.
 
         Per iteration: one ``recv()`` of the ready sub-envs ``ids``, their results
-        written at their own rows ``ptr[ids]`` (fancy indexing), one forward for just
-        those rows (a stateful module gets and returns their state rows) and one
+        written at their own rows (flat cells ``cptr[ids]``, fancy indexing), one forward for
+        just those rows (a stateful module gets and returns their state rows) and one
         ``send``. The rules are the synchronous loop's per sub-env: a result after a
         done is the reset observation (not a timestep), sub-env failures drop their
         episode, a whole-env failure restarts the call. At the end every sub-env has
