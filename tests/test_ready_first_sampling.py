@@ -30,7 +30,7 @@ from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 from envrunners.errors import ConfigError, EnvRunnerError, NonFiniteEnvDataError
 from envrunners.sampling._overlap_choice import MIN_COST_S, available_cpus, choose_overlap
-from envrunners.sampling.buffers import RecurrentState, tree_map
+from envrunners.sampling.buffers import RecurrentState, cell_writer, tree_map
 from envrunners.sampling.finite_checks import ObsRewardCheck
 from envrunners.sampling.single_agent import SingleAgentSampler
 
@@ -635,3 +635,31 @@ def test_overlap_rule():
     assert not choose_overlap(tiny, tiny, num_envs=16, num_cpus=2)  # overhead dominates
     assert not choose_overlap(float("nan"), 4 * ms, num_envs=8, num_cpus=2)
     assert not choose_overlap(0.0, 4 * ms, num_envs=8, num_cpus=2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+def test_cell_writer_writes_what_fancy_assignment_writes(dtype):
+    """``cell_writer`` (rows written as opaque items) stores exactly what
+    ``flat[cells] = value`` stores, for matching rows and for every fallback."""
+    rng = np.random.default_rng(0)
+    cells = np.array([7, 2, 11, 4], np.intp)
+    values = [
+        rng.normal(size=(4, 3)).astype(dtype),  # the column's dtype: written as items
+        rng.normal(size=(4, 3)) * 5,  # float64: cast
+        np.asfortranarray(rng.normal(size=(4, 3)).astype(dtype)),  # rows not contiguous
+        rng.normal(size=(3, 4)).astype(dtype).T,  # a transposed view
+        rng.normal(size=(4, 5)).astype(dtype)[:, 1:4],  # contiguous rows, strided batch
+        rng.normal(size=(1, 3)).astype(dtype),  # broadcast to every cell
+        [[1, 0, 1]] * 4,  # not an array
+    ]
+    for value in values:
+        expected = np.zeros((12, 3), dtype)
+        expected[cells] = value
+        column = np.zeros((12, 3), dtype)
+        cell_writer(column)(cells, value)
+        np.testing.assert_array_equal(column, expected)
+    flat = np.zeros(12, dtype)  # a 1-D column: plain assignment
+    cell_writer(flat)(cells, np.arange(4).astype(dtype))
+    assert flat[cells].tolist() == np.arange(4).astype(dtype).tolist()
+    with pytest.raises(ValueError):  # a wrong row width still fails
+        cell_writer(np.zeros((12, 3), dtype))(cells, np.zeros((4, 2), dtype))

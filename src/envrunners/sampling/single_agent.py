@@ -42,7 +42,7 @@ from envrunners.env._episode_ids import new_episode_id
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import EnvRunnerError, NonFiniteEnvDataError
-from envrunners.sampling.buffers import ColumnBuffer, RecurrentState, tree_map
+from envrunners.sampling.buffers import ColumnBuffer, RecurrentState, cell_writer, tree_map
 from envrunners.sampling.finite_checks import ObsRewardCheck, episode_step_error
 from envrunners.sampling.sample_result import EpisodeStats, SampleResult
 
@@ -382,7 +382,7 @@ class SingleAgentSampler:
                 for i in new_start:
                     seg_start[i] = row
                     states[i] = _new_episode_state()
-                done[new_start] = False
+                    done[i] = False  # (one item: cheaper than indexing with the list)
                 if recurrent is not None:
                     # The reset observation in this row starts from the initial state.
                     recurrent.reset(new_start)
@@ -425,8 +425,8 @@ class SingleAgentSampler:
         """``run()`` on an asynchronous env: act on whichever sub-envs are ready first.
 
         Per iteration: one ``recv()`` of the ready sub-envs ``ids``, their results
-        written at their own rows ``ptr[ids]`` (fancy indexing), one forward for just
-        those rows (a stateful module gets and returns their state rows) and one
+        written at their own rows (flat cells ``cptr[ids]``, fancy indexing), one forward for
+        just those rows (a stateful module gets and returns their state rows) and one
         ``send``. The rules are the synchronous loop's per sub-env: a result after a
         done is the reset observation (not a timestep), sub-env failures drop their
         episode, a whole-env failure restarts the call. At the end every sub-env has
@@ -449,7 +449,10 @@ class SingleAgentSampler:
             for i in np.flatnonzero(fresh).tolist():
                 infos_rows[base][i] = {}
         prev_written, self._extras_written = self._extras_written, set()
-        ptr = np.full(n_envs, base, np.int64)  # each sub-env's current observation row
+        # Each sub-env's current observation as a flat cell ``row * n_envs + env`` (see
+        # ``ColumnBuffer.cells``): one fancy index per batch gives both its row and column.
+        env_cells = np.arange(n_envs, dtype=np.intp)
+        cptr = env_cells + base * n_envs
         seg_start = np.full(n_envs, base, np.int64)  # its episode's first row in this call
         states = self._states
         finished: list[tuple[int, int, int, _EpisodeState, float]] = []
@@ -467,9 +470,15 @@ class SingleAgentSampler:
         n_fresh = int(fresh.sum())
         top = base  # no sub-env's row is past this
         send_failed = False
-        # Flat views of the step columns (cell ``row * n_envs + env``), made again when
-        # ``_capacity`` replaces the arrays.
-        flat_rewards, flat_terms, flat_truncs = self._flat_step_columns()
+        # ``n_envs`` repeated, per batch size: a cell's next row (an array operand adds
+        # faster than a Python int).
+        next_row: dict[int, np.ndarray] = {}
+        # Flat views of the step columns and the observations (None: nested), made
+        # again when ``_capacity`` replaces the arrays; the output columns' writes.
+        flat_rewards, flat_terms, flat_truncs, flat_obs = self._flat_step_columns()
+        write_obs = None if flat_obs is None else cell_writer(flat_obs)
+        writes: _OutputWrites | None = None
+        plannable = True  # False: a nested output column (written through its buffer)
         while send_failed or ((eps < target) if episode_mode else (ts < target)):
             results = ENV_STEP_FAILURE if send_failed else recv_fn()
             send_failed = False
@@ -478,7 +487,7 @@ class SingleAgentSampler:
                 and results is not ENV_STEP_FAILURE
                 and not finite_ok(results[1], results[2])
             ):
-                results = self._non_finite_async(results, ptr, seg_start)
+                results = self._non_finite_async(results, cptr // n_envs, seg_start)
             if results is ENV_STEP_FAILURE:
                 # The whole vector env was recreated (in recv, send or the non-finite
                 # handler): as in the synchronous loop, every in-progress episode of
@@ -488,23 +497,29 @@ class SingleAgentSampler:
                 self._restart_async()
                 env = self.env
                 n_fresh = n_envs
-                ptr[:] = base
+                cptr[:] = env_cells + base * n_envs
                 seg_start[:] = base
                 carried[:] = False
                 states = self._states
                 finished = []
                 ts = eps = 0
                 top = base
-                flat_rewards, flat_terms, flat_truncs = self._flat_step_columns()
+                flat_rewards, flat_terms, flat_truncs, flat_obs = self._flat_step_columns()
+                write_obs = None if flat_obs is None else cell_writer(flat_obs)
+                writes = None
                 continue
-            ids, raw_obs, rewards, terms, truncs, infos = results
-            if type(ids) is not np.ndarray:
-                ids = np.asarray(ids, np.int64)
+            env_ids, raw_obs, rewards, terms, truncs, infos = results
+            # Platform ints: numpy indexes with them several times faster than with
+            # EnvPool's int32 ids (``send`` gets the env's own ids back).
+            ids = np.asarray(env_ids, np.intp)
+            k = len(ids)
             top += 1
             if top + 1 >= self._rows_capacity:
                 self._capacity(top + 2)
-                flat_rewards, flat_terms, flat_truncs = self._flat_step_columns()
-            p = ptr[ids]
+                flat_rewards, flat_terms, flat_truncs, flat_obs = self._flat_step_columns()
+                write_obs = None if flat_obs is None else cell_writer(flat_obs)
+                writes = None
+            cells = cptr[ids]  # the current observations' cells: this step's row
             first = fresh[ids] if n_fresh else None
             # A reset observation (first ever, or after a done) is not a timestep.
             new = pending[ids] if first is None else first | pending[ids]
@@ -513,76 +528,97 @@ class SingleAgentSampler:
                 lost = ids[failed & ~new].tolist()
                 result.num_dropped_episodes += len(lost)
                 result.num_sub_env_failures += int(failed.sum())
-                dropped = int(sum(ptr[i] - seg_start[i] for i in lost))
+                dropped = int(sum(cptr[i] // n_envs - seg_start[i] for i in lost))
                 ts -= dropped
                 lost_steps += dropped + int(failed.sum())
                 if lost_steps > max_lost_steps:
                     raise _keep_failing_error(lost_steps, result.num_sub_env_failures)
                 new = new | failed
-            # Flat cell indices ``row * n_envs + env`` (1-D fancy indexing is the cheap kind).
-            cells = p * n_envs
-            cells += ids
             if first is not None and first.any():  # a first reset obs fills row ``base``
-                newp = p + ~first
+                new_cells = cells + ~first * n_envs
                 fresh[ids] = False
                 n_fresh -= int(first.sum())
-                new_cells = newp * n_envs + ids
             else:
-                newp = p + 1
-                new_cells = cells + n_envs
+                step = next_row.get(k)
+                if step is None:
+                    step = next_row[k] = np.full(k, n_envs, np.intp)
+                new_cells = cells + step
             flat_rewards[cells] = rewards if reward_fn is None else reward_fn(rewards)
             flat_terms[cells] = terms
             flat_truncs[cells] = truncs
-            ptr[ids] = newp
+            cptr[ids] = new_cells
             obs = obs_fn(raw_obs)
-            if self._obs is None:
-                self._obs = ColumnBuffer.for_envs(obs, n_envs, self._rows_capacity + 1)
-            self._obs.write_at(new_cells, obs)
+            if flat_obs is not None:
+                write_obs(new_cells, obs)
+            else:
+                if self._obs is None:
+                    self._obs = ColumnBuffer.for_envs(obs, n_envs, self._rows_capacity + 1)
+                    flat_obs = self._flat_step_columns()[3]
+                    write_obs = None if flat_obs is None else cell_writer(flat_obs)
+                self._obs.write_at(new_cells, obs)
             if any(infos):
-                self._store_infos(newp, ids, infos)
+                self._store_infos(new_cells // n_envs, ids, infos)
             n_new = int(np.count_nonzero(new))
-            ts += len(ids) - n_new
+            ts += k - n_new
             done = np.logical_or(terms, truncs)
             if recurrent is not None and self._actions is not None:
                 recurrent.after_step_rows(ids, self._actions.gather(cells), rewards)
             if n_new:
                 starts = ids[new]
-                seg_start[starts] = newp[new]
+                seg_start[starts] = new_cells[new] // n_envs
                 for i in starts.tolist():
                     states[i] = _new_episode_state()
                 done[new] = False
                 if recurrent is not None:
                     recurrent.reset(starts.tolist())
-            pending[ids] = done
-            if np.count_nonzero(done):
+                pending[ids] = done
+                n_done = np.count_nonzero(done)
+            else:  # ``pending[ids]`` is all False: only a done changes it
+                n_done = np.count_nonzero(done)
+                if n_done:
+                    pending[ids] = done
+            if n_done:
                 now = time.time()
                 for j in np.flatnonzero(done).tolist():
                     i = int(ids[j])
-                    finished.append((i, int(seg_start[i]), int(newp[j]), states[i], now))
+                    row = int(new_cells[j]) // n_envs
+                    finished.append((i, int(seg_start[i]), row, states[i], now))
                     eps += 1
                     if episode_mode and eps >= target:
                         break
             # One forward for the ready rows; their actions go out at once.
             if random_actions or act_fn is None:
-                actions = _first_rows(action_space.sample(), len(ids))
+                actions = _first_rows(action_space.sample(), k)
                 extras: dict[str, Any] = {}
-            elif recurrent is None:
-                actions, extras = act_fn(self._obs.gather(new_cells), explore, t_offset + ts)
             else:
-                state_in, extra_in = recurrent.rows(ids)
-                actions, extras, state_out = act_fn(
-                    self._obs.gather(new_cells), explore, t_offset + ts, state_in, extra_in
-                )
-                recurrent.set_rows(ids, state_out)
-                extras[Columns.STATE_OUT] = state_out
+                if flat_obs is not None:
+                    act_obs = flat_obs.take(new_cells, axis=0)
+                else:
+                    act_obs = self._obs.gather(new_cells)
+                if recurrent is None:
+                    actions, extras = act_fn(act_obs, explore, t_offset + ts)
+                else:
+                    state_in, extra_in = recurrent.rows(ids)
+                    actions, extras, state_out = act_fn(
+                        act_obs, explore, t_offset + ts, state_in, extra_in
+                    )
+                    recurrent.set_rows(ids, state_out)
+                    extras[Columns.STATE_OUT] = state_out
             env_actions = action_fn(actions)
-            self._write_outputs_at(new_cells, actions, extras)
+            if writes is not None and writes.fits(extras):
+                writes.write(new_cells, actions, extras)
+            else:
+                self._write_outputs_at(new_cells, actions, extras)
+                if plannable:
+                    writes = _OutputWrites.plan(self, extras)
+                    plannable = writes is not None
             if self.check_fn is not None:
                 check, self.check_fn = self.check_fn, None
                 check(raw_obs, env_actions)
             # A failed send recreated the env: the next iteration restarts the call.
-            send_failed = send_fn(env_actions, ids) is ENV_STEP_FAILURE
+            send_failed = send_fn(env_actions, env_ids) is ENV_STEP_FAILURE
         result.env_steps = result.agent_steps = ts
+        ptr = cptr // n_envs  # each sub-env's current observation row
         end = int(ptr.max())
         for key in self._extras_written - prev_written:
             # Not written by the previous call: its carried rows hold stale values.
@@ -617,10 +653,17 @@ class SingleAgentSampler:
             buf.write_at(cells, value)
         self._extras_written.update(extras)
 
-    def _flat_step_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The reward, terminated and truncated columns as flat views (cell
-        ``row * num_envs + env``), for the ready-first loop's writes."""
-        return self._rewards.reshape(-1), self._terms.reshape(-1), self._truncs.reshape(-1)
+    def _flat_step_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """The reward, terminated and truncated columns and the observations as flat
+        views (cell ``row * num_envs + env``), for the ready-first loop's writes; the
+        observations are None while they have no buffer or are nested."""
+        flat_obs = self._obs.cells() if self._obs is not None else None
+        return (
+            self._rewards.reshape(-1),
+            self._terms.reshape(-1),
+            self._truncs.reshape(-1),
+            flat_obs if type(flat_obs) is np.ndarray else None,
+        )
 
     def _store_infos(self, rows: np.ndarray, ids: np.ndarray, infos: list[dict]) -> None:
         """Keep the non-empty info dicts of a ready-first batch at each sub-env's row."""
@@ -940,6 +983,41 @@ class _Blocks:
         """Sum of sub-env ``env``'s rewards in rows ``[start, stop)``."""
         cum = self._cum_rewards
         return float(cum[env, stop] - cum[env, start])
+
+
+class _OutputWrites:
+    """The ready-first loop's writes of a batch's actions and extra outputs: one fancy
+    assignment per column into its flat view (``ColumnBuffer.cells``), without the
+    buffer lookups of ``_write_outputs_at``. Valid while the columns keep their arrays
+    (until ``_capacity`` grows them) and the outputs their keys."""
+
+    __slots__ = ("keys", "actions", "columns")
+
+    def __init__(self, keys: frozenset, actions: Callable, columns: tuple):
+        self.keys = keys
+        self.actions = actions
+        self.columns = columns  # (key, cell_writer of its flat view)
+
+    @classmethod
+    def plan(cls, sampler: SingleAgentSampler, extras: dict) -> _OutputWrites | None:
+        """The writes into ``sampler``'s columns for outputs keyed like ``extras`` (after
+        ``_write_outputs_at`` made the columns); None if a column is nested."""
+        actions = sampler._actions.cells()
+        columns = tuple((key, sampler._extras[key].cells()) for key in extras)
+        if type(actions) is not np.ndarray or any(type(c) is not np.ndarray for _, c in columns):
+            return None
+        columns = tuple((key, cell_writer(column)) for key, column in columns)
+        return cls(frozenset(extras), cell_writer(actions), columns)
+
+    def fits(self, extras: dict) -> bool:
+        """Whether ``extras`` has the planned keys."""
+        return extras.keys() == self.keys
+
+    def write(self, cells: np.ndarray, actions: np.ndarray, extras: dict) -> None:
+        """Write row ``j`` of the actions and of each output at cell ``cells[j]``."""
+        self.actions(cells, actions)
+        for key, write in self.columns:
+            write(cells, extras[key])
 
 
 def _to_env_major(data: Any, rows: int) -> Any:
