@@ -299,7 +299,9 @@ class ContinuousSampler:
         oldest = self.weights_version - self.max_requests_in_flight_per_env_runner
         due = oldest + 1
         taken: list[ContinuousSample] = []
-        steps, wait, got = 0, _POLL_MIN_S, self.poll(0.0)
+        # No fetch up front: results that finished meanwhile end the first wait at once,
+        # and each fetch is one more pass over the group's upkeep (and a ray.wait).
+        steps, wait, got = 0, _POLL_MIN_S, 0
         while True:
             self._drop_too_stale(oldest)
             # Results move from the queue to this step as they come (oldest first), so
