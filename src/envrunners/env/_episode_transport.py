@@ -51,7 +51,16 @@ _COLUMN_SLOTS = frozenset(("observations", "infos", "actions", "rewards", "extra
 #: an ``EmptyInfosBuffer`` (``n`` empty dicts not made yet: rebuilt as one).
 _ARRAY, _TREE, _EMPTY_INFOS, _RAW, _BUFFER, _UNMADE_INFOS = range(6)
 
-_dtypes: dict[str, np.dtype] = {}
+
+class _DtypeCache(dict):
+    """``dtype.str`` -> ``np.dtype``, made on the first lookup (``[]`` is the fast path)."""
+
+    def __missing__(self, name: str) -> np.dtype:
+        dtype = self[name] = np.dtype(name)
+        return dtype
+
+
+_dtypes = _DtypeCache()
 #: dtype -> its interned ``dtype.str`` (``dtype.str`` builds a new string on every call).
 _dtype_strs: dict[np.dtype, str] = {}
 #: Zero bytes that pad an array's bytes to the next multiple of ``_ALIGN``.
@@ -258,11 +267,6 @@ def own_slots(klass: type) -> tuple[str, ...]:
     return tuple(s for s in slots if s not in ("__dict__", "__weakref__"))
 
 
-def _dtype(s: str) -> np.dtype:
-    dtype = _dtypes[s] = np.dtype(s)
-    return dtype
-
-
 def rebuild_episodes(headers: list[tuple[type, tuple[Any, ...]]], block: Any) -> list[Any]:
     """Rebuild a ``pack_episodes`` list; every episode's arrays are views into ``block``."""
     return [rebuild_episode(cls, header, block) for cls, header in headers]
@@ -276,7 +280,7 @@ def rebuild_episode(cls: type, header: tuple[Any, ...], block: Any) -> Any:
     ndarray, dtypes = np.ndarray, _dtypes
     parts = iter(layout)
     for name, shape, offset in zip(parts, parts, parts):  # (dtype string, shape, offset)
-        dtype = dtypes.get(name) or _dtype(name)
+        dtype = dtypes[name]
         view(np.empty(shape, dtype) if 0 in shape else ndarray(shape, dtype, block, offset))
     # Buffers are made inline (not with ``InfiniteLookbackBuffer._raw``): a call per
     # column was a fifth of the driver's unpacking.
