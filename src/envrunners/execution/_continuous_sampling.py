@@ -301,7 +301,7 @@ class ContinuousSampler:
         taken: list[ContinuousSample] = []
         # No fetch up front: results that finished meanwhile end the first wait at once,
         # and each fetch is one more pass over the group's upkeep (and a ray.wait).
-        steps, wait, got = 0, _POLL_MIN_S, 0
+        steps, wait, got, fetched = 0, _POLL_MIN_S, 0, False
         while True:
             self._drop_too_stale(oldest)
             # Results move from the queue to this step as they come (oldest first), so
@@ -327,6 +327,11 @@ class ContinuousSampler:
                     "restored; enable restart_failed_env_runners or check the runners' logs."
                 )
             now = time.monotonic()
+            if deadline is not None and now >= deadline and not fetched:
+                # Past the deadline before any fetch (a zero timeout): results that
+                # finished before this call still count.
+                got, fetched = self.poll(0.0), True
+                continue
             if deadline is not None and now >= deadline:
                 if taken:
                     logger.warning(
@@ -357,7 +362,7 @@ class ContinuousSampler:
                 if deadline is not None:
                     block = min(block, max(0.0, deadline - now))
                 group.wait_async_reqs(tags=self._tags_in_flight(), timeout_seconds=block)
-                got = self.poll(0.0)
+                got, fetched = self.poll(0.0), True
             else:  # runners are being restored: let the group move them along
                 time.sleep(wait)
                 got = 0
