@@ -135,6 +135,21 @@ def test_killed_runner_loses_no_accepted_result_and_sampling_goes_on(ray_session
         group.stop()
 
 
+def test_zero_timeout_take_returns_results_that_finished_before_the_call(ray_session):
+    group = EnvRunnerGroup(config=_config())
+    try:
+        sampler = ContinuousSampler(group)
+        assert sampler.take(max_env_steps=1, timeout_s=60)
+        tags = [f"{TAG_PREFIX}{runner_id}" for runner_id in group.healthy_env_runner_ids()]
+        assert group.wait_async_reqs(tags=tags, timeout_seconds=60)  # one has finished
+        received = sampler.num_results_received
+        results = sampler.take(max_env_steps=1, timeout_s=0)
+        assert results and sampler.num_results_received > received
+        assert all(r.env_steps > 0 for r in results)
+    finally:
+        group.stop()
+
+
 def test_ppo_trains_continuously_and_improves_on_cartpole(ray_session):
     config = (
         _config(num_envs_per_env_runner=4, rollout_fragment_length=64, sample_continuously=True)

@@ -51,7 +51,16 @@ _COLUMN_SLOTS = frozenset(("observations", "infos", "actions", "rewards", "extra
 #: an ``EmptyInfosBuffer`` (``n`` empty dicts not made yet: rebuilt as one).
 _ARRAY, _TREE, _EMPTY_INFOS, _RAW, _BUFFER, _UNMADE_INFOS = range(6)
 
-_dtypes: dict[str, np.dtype] = {}
+
+class _DtypeCache(dict):
+    """``dtype.str`` -> ``np.dtype``, made on the first lookup (``[]`` is the fast path)."""
+
+    def __missing__(self, name: str) -> np.dtype:
+        dtype = self[name] = np.dtype(name)
+        return dtype
+
+
+_dtypes = _DtypeCache()
 #: dtype -> its interned ``dtype.str`` (``dtype.str`` builds a new string on every call).
 _dtype_strs: dict[np.dtype, str] = {}
 #: Zero bytes that pad an array's bytes to the next multiple of ``_ALIGN``.
@@ -258,11 +267,6 @@ def own_slots(klass: type) -> tuple[str, ...]:
     return tuple(s for s in slots if s not in ("__dict__", "__weakref__"))
 
 
-def _dtype(s: str) -> np.dtype:
-    dtype = _dtypes[s] = np.dtype(s)
-    return dtype
-
-
 def rebuild_episodes(headers: list[tuple[type, tuple[Any, ...]]], block: Any) -> list[Any]:
     """Rebuild a ``pack_episodes`` list; every episode's arrays are views into ``block``."""
     return [rebuild_episode(cls, header, block) for cls, header in headers]
@@ -271,36 +275,42 @@ def rebuild_episodes(headers: list[tuple[type, tuple[Any, ...]]], block: Any) ->
 def rebuild_episode(cls: type, header: tuple[Any, ...], block: Any) -> Any:
     """Rebuild an episode from ``episode_reduce`` output; its arrays are views into ``block``."""
     names, plain, layout, columns, extra_keys, subclass_state = header
-    views = []
+    views: list[np.ndarray] = []
+    view = views.append
     ndarray, dtypes = np.ndarray, _dtypes
-    for i in range(0, len(layout), 3):
-        shape = layout[i + 1]
-        dtype = dtypes.get(layout[i]) or _dtype(layout[i])
-        if 0 in shape:
-            views.append(np.empty(shape, dtype))
-        else:
-            views.append(ndarray(shape, dtype, block, layout[i + 2]))
-    raw = InfiniteLookbackBuffer._raw
-    buffers = []
+    parts = iter(layout)
+    for name, shape, offset in zip(parts, parts, parts):  # (dtype string, shape, offset)
+        dtype = dtypes[name]
+        view(np.empty(shape, dtype) if 0 in shape else ndarray(shape, dtype, block, offset))
+    # Buffers are made inline (not with ``InfiniteLookbackBuffer._raw``): a call per
+    # column was a fifth of the driver's unpacking.
+    new, buffer_cls = object.__new__, InfiniteLookbackBuffer
+    buffers: list[Any] = []
+    keep = buffers.append
     for kind, payload, lookback, finalized, space, space_struct in columns:
         if kind == _ARRAY:
             data = views[payload]
+        elif kind == _UNMADE_INFOS:
+            keep(EmptyInfosBuffer.of_length(payload, lookback))
+            continue
         elif kind == _EMPTY_INFOS:
             data = [{} for _ in range(payload)]
-        elif kind == _UNMADE_INFOS:
-            buffers.append(EmptyInfosBuffer.of_length(payload, lookback))
-            continue
         elif kind == _BUFFER:
-            buffers.append(payload)
+            keep(payload)
             continue
         elif kind == _TREE:
             data = _fill_tree(payload, views)
         else:
             data = payload
-        buffers.append(raw(data, lookback, space, space_struct, finalized))
-    ep = object.__new__(cls)
-    for name, value in zip(names, plain):
-        setattr(ep, name, value)
+        buf = new(buffer_cls)
+        buf.data = data
+        buf.lookback = lookback
+        buf.finalized = finalized
+        buf._space = space
+        buf.space_struct = space_struct
+        keep(buf)
+    ep = new(cls)
+    _slot_setter(names)(ep, plain)
     ep.observations, ep.infos, ep.actions, ep.rewards = buffers[:4]
     ep.extra_model_outputs = dict(zip(extra_keys, buffers[4:]))
     if subclass_state is not None:
@@ -310,6 +320,22 @@ def rebuild_episode(cls: type, header: tuple[Any, ...], block: Any) -> Any:
         for name, value in slots.items():
             setattr(ep, name, value)
     return ep
+
+
+@functools.lru_cache(maxsize=64)
+def _slot_setter(names: tuple[str, ...]) -> Any:
+    """``set_slots(episode, values)``: one unpacking assignment of the named slots.
+
+    Why: a ``setattr`` call per slot (15 per episode) was another fifth of the
+    unpacking. The names are ``__slots__`` entries (identifiers), as
+    ``dataclasses`` generates its ``__init__``.
+    """
+    if not all(name.isidentifier() for name in names):  # only ever ``__slots__`` entries
+        raise pickle.UnpicklingError(f"episode slot names must be identifiers, got {names!r}")
+    targets = "".join(f"episode.{name}, " for name in names)
+    namespace: dict[str, Any] = {}
+    exec(f"def set_slots(episode, values):\n    {targets or '()'} = values\n", namespace)
+    return namespace["set_slots"]
 
 
 def _fill_tree(tree: Any, views: list[np.ndarray]) -> Any:

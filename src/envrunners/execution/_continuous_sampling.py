@@ -43,6 +43,7 @@ from typing import Any
 
 from envrunners import errors
 from envrunners.env._remote_runner_calls import get_connector_states
+from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import ConfigError
 from envrunners.execution.rollout_ops import _count, _sample_on_runner, _unpack
 
@@ -92,6 +93,14 @@ def _sample_continuously_on_runner(
     packed = _sample_on_runner(runner, random_actions=random_actions, with_metrics=True)
     states = get_connector_states(runner) if with_states else None
     return sent_version, used, packed, states
+
+
+def _steps(samples: Any) -> tuple[int, int]:
+    """Env and agent steps of a result: one pass for a list of plain single-agent episodes."""
+    if type(samples) is list and all(type(e) is SingleAgentEpisode for e in samples):
+        n = sum([e.t - e.t_started for e in samples])  # each one's env_steps() and agent_steps()
+        return n, n
+    return _count(samples, False), _count(samples, True)
 
 
 class ContinuousSampler:
@@ -230,6 +239,7 @@ class ContinuousSampler:
             elif versions:
                 versions.pop(0)
             samples, metrics = _unpack(packed)
+            env_steps, agent_steps = _steps(samples)
             self._ready.append(
                 ContinuousSample(
                     runner_id=runner_id,
@@ -238,8 +248,8 @@ class ContinuousSampler:
                     connector_states=states,
                     sent_version=sent_version,
                     weights_seq_no=used,
-                    env_steps=_count(samples, False),
-                    agent_steps=_count(samples, True),
+                    env_steps=env_steps,
+                    agent_steps=agent_steps,
                 )
             )
         self.num_results_received += len(got)
@@ -289,7 +299,9 @@ class ContinuousSampler:
         oldest = self.weights_version - self.max_requests_in_flight_per_env_runner
         due = oldest + 1
         taken: list[ContinuousSample] = []
-        steps, wait, got = 0, _POLL_MIN_S, self.poll(0.0)
+        # No fetch up front: results that finished meanwhile end the first wait at once,
+        # and each fetch is one more pass over the group's upkeep (and a ray.wait).
+        steps, wait, got, fetched = 0, _POLL_MIN_S, 0, False
         while True:
             self._drop_too_stale(oldest)
             # Results move from the queue to this step as they come (oldest first), so
@@ -315,6 +327,11 @@ class ContinuousSampler:
                     "restored; enable restart_failed_env_runners or check the runners' logs."
                 )
             now = time.monotonic()
+            if deadline is not None and now >= deadline and not fetched:
+                # Past the deadline before any fetch (a zero timeout): results that
+                # finished before this call still count.
+                got, fetched = self.poll(0.0), True
+                continue
             if deadline is not None and now >= deadline:
                 if taken:
                     logger.warning(
@@ -345,7 +362,7 @@ class ContinuousSampler:
                 if deadline is not None:
                     block = min(block, max(0.0, deadline - now))
                 group.wait_async_reqs(tags=self._tags_in_flight(), timeout_seconds=block)
-                got = self.poll(0.0)
+                got, fetched = self.poll(0.0), True
             else:  # runners are being restored: let the group move them along
                 time.sleep(wait)
                 got = 0
