@@ -323,9 +323,9 @@ class RLModule(nn.Module):
             #: Whether this call gave some parameter new storage (views of the old are stale).
             object.__setattr__(self, "_storage_replaced", False)
             return
-        if _read_only_warned:
+        if _read_only_warned or adopt:  # (adoptable arrays are writable: no warning)
             pairs = self._state_pairs(own, state, adopt)
-        else:
+        else:  # (``catch_warnings`` costs ~0.1 ms: only until torch has warned once)
             with warnings.catch_warnings():
                 # Read-only arrays (from Ray's object store) are only read from here.
                 warnings.filterwarnings("ignore", message=".*not writable.*")
