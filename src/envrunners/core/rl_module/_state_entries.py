@@ -119,7 +119,7 @@ def numpy_views(
     plain CPU tensor numpy can view.
 
     Whoever writes through the views bumps the tensors' autograd versions
-    (``torch._C._increment_version``), as an in-place ``copy_`` would.
+    (``torch.autograd.graph.increment_version``), as an in-place ``copy_`` would.
     """
     cache = module.__dict__.get(_VIEWS_ATTR)
     if cache is not None and cache[0] is entries:

@@ -373,7 +373,7 @@ class RLModule(nn.Module):
             values.append(value)
         for (_, view), value in zip(views, values):
             np.copyto(view, value)
-        torch._C._increment_version(tensors)  # as ``copy_`` would: autograd sees the write
+        torch.autograd.graph.increment_version(tensors)  # as ``copy_`` would: autograd sees it
         return True
 
     def _state_pairs(
