@@ -70,15 +70,17 @@ def state_entries(module: nn.Module) -> dict[str, torch.Tensor]:
     cache = module.__dict__.get(_CACHE_ATTR)
     if cache is not None and cache[0] is _token:
         _, entries, owners, hooks = cache
+        if entries is None:  # not cacheable (checked again after the next registration)
+            return module.state_dict(keep_vars=True)
         if not any(hooks) and all(holder.get(name) is tensor for holder, name, tensor in owners):
             return entries
     if not _hooks_installed:
         _install_hooks()
     token = _token
     entries = module.state_dict(keep_vars=True)
-    cache = _cache_record(module, entries)
+    record = _cache_record(module, entries) or (None, None, None)
     # (``object.__setattr__``: a plain attribute, past nn.Module's registration)
-    object.__setattr__(module, _CACHE_ATTR, None if cache is None else _Cache((token, *cache)))
+    object.__setattr__(module, _CACHE_ATTR, _Cache((token, *record)))
     return entries
 
 
