@@ -185,6 +185,41 @@ class TestWeights:
         )
         assert values == [4.0, 4.0, 4.0]
 
+    def test_sync_weights_after_parameters_are_replaced(self, group):
+        """Both ends keep their module's entries between syncs: a replaced parameter (or
+        its storage) on the source and on a runner still gets the synced weights."""
+        import torch
+
+        local = group.local_env_runner
+        base = module_weights(local)
+        local.set_state({"rl_module": scaled(base, 1.0), "weights_seq_no": 30})
+        group.sync_weights(timeout_seconds=None)  # (entries kept on every runner now)
+        name = next(iter(base))
+        prefix, _, attr = name.rpartition(".")
+
+        def replace(runner, how):
+            owner = runner.module.get_submodule(prefix)
+            if how == "parameter":
+                param = torch.nn.Parameter(torch.zeros_like(getattr(owner, attr)))
+                setattr(owner, attr, param)
+            else:
+                getattr(owner, attr).data = torch.zeros_like(getattr(owner, attr).data)
+
+        replace(local, "parameter")
+        with torch.no_grad():
+            getattr(local.module.get_submodule(prefix), attr).fill_(5.0)
+        local._weights_seq_no = 31
+        group.foreach_env_runner(
+            replace, kwargs=[{"how": "parameter"}, {"how": "data"}], local_env_runner=False
+        )
+        group.sync_weights(timeout_seconds=None)
+
+        def held(runner):  # what torch holds, not what get_state reads
+            return float(getattr(runner.module.get_submodule(prefix), attr).detach().flatten()[0])
+
+        assert group.foreach_env_runner(held) == [5.0, 5.0, 5.0]
+        assert group.foreach_env_runner(lambda w: w._weights_seq_no) == [31, 31, 31]
+
 
 class TestStateSync:
     def test_merged_filter_state_and_steps_reach_every_runner(self, ray_session):

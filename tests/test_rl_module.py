@@ -351,6 +351,54 @@ def test_set_state_errors_name_the_problem():
         np.testing.assert_array_equal(value, before[name])
 
 
+@pytest.mark.parametrize(
+    "change", ["new_parameter", "dict_entry", "data", "float64", "deleted", "hook", "copy"]
+)
+def test_state_follows_every_kind_of_module_change(change):
+    """``get_state``/``set_state`` keep their entries and numpy views between calls: each
+    change of what the module holds must still be read and written."""
+    module = _module()
+    state = module.get_state()
+    module.set_state(state)  # (entries and views are kept from here on)
+    name = next(iter(state))
+    prefix, _, local = name.rpartition(".")
+    owner = module.get_submodule(prefix)
+    fill = {k: np.full_like(v, 3.0) for k, v in state.items()}
+    if change == "new_parameter":
+        setattr(owner, local, torch.nn.Parameter(torch.zeros_like(getattr(owner, local))))
+    elif change == "dict_entry":  # no registration hook sees this one
+        owner._parameters[local] = torch.nn.Parameter(torch.zeros_like(getattr(owner, local)))
+    elif change == "data":  # new storage, same parameter object
+        getattr(owner, local).data = torch.zeros_like(getattr(owner, local).data)
+    elif change == "float64":
+        module.double()
+        fill = {k: np.full(v.shape, 3.0) for k, v in state.items()}
+    elif change == "deleted":
+        setattr(owner, local, None)
+        del fill[name]
+    elif change == "hook":
+        module.register_state_dict_post_hook(lambda m, sd, prefix, meta: sd.__delitem__(name))
+        del fill[name]
+    elif change == "copy":
+        module = copy.deepcopy(pickle.loads(pickle.dumps(module)))
+        owner = module.get_submodule(prefix)
+    param = getattr(owner, local)
+    version = param._version if param is not None else 0
+    before = None if param is None else param.detach().clone()
+    module.set_state(fill)
+    got = module.get_state()
+    assert set(got) == set(fill)
+    for key, value in got.items():
+        np.testing.assert_array_equal(value, fill[key])
+        assert value.dtype == dict(module.state_dict())[key].numpy().dtype
+    if change == "hook":  # not in the state: left alone
+        assert torch.equal(param, before)
+    elif param is not None:
+        assert torch.all(param == 3.0) and param._version > version  # autograd sees the write
+    got[next(iter(got))][...] = -1.0  # get_state copies by default
+    assert module.get_state()[next(iter(got))].flat[0] == 3.0
+
+
 def test_full_state_loads_into_inference_only_module():
     full, runner = _module(), _module(inference_only=True)
     with torch.no_grad():

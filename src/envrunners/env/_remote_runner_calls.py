@@ -26,6 +26,7 @@ from envrunners.env._runner_state import (
     pipelines_of,
 )
 from envrunners.errors import EnvRunnerError
+from envrunners.utils.cow_arrays import adoptable_state
 
 __all__ = [
     "add_policy",
@@ -113,8 +114,6 @@ def _adoptable(weights: dict) -> Any:
         if ray.get_runtime_context().get_actor_id() is None:
             return weights
         _in_actor = True
-    from envrunners.utils.cow_arrays import adoptable_state
-
     adoptable = adoptable_state(weights)
     return weights if adoptable is None else adoptable
 

@@ -144,14 +144,14 @@ def _map_group(region: _Region, arrays: list[np.ndarray]) -> list[np.ndarray] | 
 def _leaves(tree: Mapping[str, Any], out: list[np.ndarray]) -> bool:
     """Collect the array leaves; False if some leaf cannot be viewed (not contiguous)."""
     for value in tree.values():
-        if isinstance(value, Mapping):
-            if not _leaves(value, out):
-                return False
-        elif isinstance(value, np.ndarray):
+        if isinstance(value, np.ndarray):  # (first: the ABC check below is slower)
             if not value.flags.c_contiguous:
                 return False
             if value.nbytes:
                 out.append(value)
+        elif isinstance(value, Mapping):
+            if not _leaves(value, out):
+                return False
     return True
 
 
