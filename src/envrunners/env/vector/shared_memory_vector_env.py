@@ -11,8 +11,9 @@ worker; a finished share is a flag, a time stamp and one release of a shared
 ``signal_*``; on a loaded 2-core machine). Only non-empty infos, sub-env failures and the
 answers to ``call``/``reset`` travel over each worker's pipe, after the results.
 Idle waits block (with a timeout that checks the other side is still alive):
-no core spins (a bounded spin before blocking lost on a loaded 2-core machine: the
-spinning parent kept a core from the workers). Stepping ready-first, the workers run
+no core spins (on a loaded 2-core machine a bounded spin of the parent before blocking
+lost where it kept a core from the workers, and came out even where it yielded the core
+each turn). Stepping ready-first, the workers run
 as ``SCHED_BATCH`` so that one woken by a command does not preempt the parent, which
 is acting for the other sub-envs meanwhile.
 
