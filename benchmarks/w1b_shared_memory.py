@@ -1,7 +1,9 @@
 """W1b: ``SharedMemoryVectorEnv`` stepping with no policy, against gymnasium's SyncVectorEnv.
 
 Per setting (CartPole-v1 with 16 sub-envs, Pong with 8 wrapped as in W9) it measures
-env steps/s and the time per call of: gymnasium's in-process ``SyncVectorEnv``
+env steps/s, the time per call and the parent's CPU time per call
+(``parent_cpu_us_per_call``: its thread's CPU, which a loaded machine inflates far less
+than the wall time) of: gymnasium's in-process ``SyncVectorEnv``
 (``sync_vector_env``, the same-run reference), ``SharedMemoryVectorEnv.step`` with every
 sub-env per call (``shm_step``), and its ready-first ``recv``/``send`` loop with
 ``batch_size = num_envs // 2`` (``shm_recv_send``). Workers: one per core (the default).
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import multiprocessing as mp
+import time
 from functools import partial
 
 import gymnasium as gym
@@ -86,7 +89,16 @@ def _measure(variant: str, env_id: str, n: int, timesteps: int, repeats: int) ->
         else:
             env.reset(seed=0)
             loop = partial(_sync_loop, env, actions)
-        stats = median_rate(loop, repeats=repeats)
+        spent = [0.0, 0]  # this (the parent's) thread's CPU seconds, env steps
+
+        def timed() -> int:
+            start = time.thread_time()
+            done = loop()
+            spent[0] += time.thread_time() - start
+            spent[1] += done
+            return done
+
+        stats = median_rate(timed, repeats=repeats)
         per_call = getattr(env, "batch_size", n)
         return {
             "workload": WORKLOAD,
@@ -99,6 +111,7 @@ def _measure(variant: str, env_id: str, n: int, timesteps: int, repeats: int) ->
             "num_timesteps": steps * n,
             "env_steps_per_s": stats["per_s_median"],
             "us_per_call": 1e6 * per_call / stats["per_s_median"],
+            "parent_cpu_us_per_call": 1e6 * spent[0] * per_call / spent[1],
             **{k: v for k, v in stats.items() if k != "per_s_median"},
         }
     finally:

@@ -28,6 +28,7 @@ from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.env.vector import SharedMemoryVectorEnv
+from envrunners.env.vector.shared_memory_vector_env import default_num_workers
 from envrunners.errors import ConfigError, SubEnvError, VectorEnvWorkerDiedError
 
 NEXT_STEP = gym.vector.AutoresetMode.NEXT_STEP
@@ -391,6 +392,32 @@ def test_close_stops_every_worker_and_leaves_no_shared_memory():
     assert_closed_cleanly(pids, before)
     with pytest.raises(RuntimeError, match="closed"):
         env.recv()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def test_ready_first_workers_run_as_sched_batch():
+    """Stepping ready-first, a worker woken by ``send`` must not preempt the parent acting
+    for the other sub-envs: the workers run as ``SCHED_BATCH``. Stepping every sub-env
+    together (the parent waits anyway) they keep the parent's policy."""
+    for batch, policy in ((2, os.SCHED_BATCH), (None, os.sched_getscheduler(0))):
+        env = SharedMemoryVectorEnv(cartpole_fns(4), num_workers=2, batch_size=batch)
+        try:
+            assert [os.sched_getscheduler(p.pid) for p in env.processes] == [policy] * 2
+            start_stepping(env, batch)
+        finally:
+            env.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux CPU affinity")
+def test_default_num_workers_counts_the_cores_this_process_may_use():
+    cores = os.sched_getaffinity(0)
+    assert default_num_workers(64) == min(64, len(cores))
+    os.sched_setaffinity(0, {min(cores)})  # as under ``taskset -c``: one core
+    try:
+        assert default_num_workers(16) == 1
+        assert default_num_workers(16, batch_size=8) == 2  # a batch of 8 needs 2 shares
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 def test_bad_batch_size_and_spaces_are_config_errors():

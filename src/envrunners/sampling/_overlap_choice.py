@@ -24,6 +24,11 @@ logger = logging.getLogger("envrunners")
 #: on 2 cores (benchmarks/peers, 2026-11-26): overlap won for Pong x 8 on EnvPool at a
 #: ratio of 0.16 (482 vs 421 steps/s) and on shared memory at 0.44 (524 vs 509), and
 #: for CartPole x 16 on shared memory at 0.6 (69k vs 44k); on EnvPool it was even at 0.76.
+#: Whether overlapping pays also depends on the load, which this rule cannot see:
+#: CartPole x 16 on shared memory (PPO's MLP, runner ``sample()`` calls of each way
+#: interleaved in one process, 2026-11-26) ran 79k steps/s overlapped against 51-54k in
+#: the samples where other processes used under 0.15 of a core, but 45k against 58k
+#: where they kept about one of the two cores busy.
 MIN_RATIO = 1 / 8
 
 #: Both costs (seconds per vector step of all sub-envs) must be at least this: below it

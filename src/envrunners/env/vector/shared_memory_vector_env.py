@@ -11,7 +11,11 @@ worker; a finished share is a flag, a time stamp and one release of a shared
 ``signal_*``; on a loaded 2-core machine). Only non-empty infos, sub-env failures and the
 answers to ``call``/``reset`` travel over each worker's pipe, after the results.
 Idle waits block (with a timeout that checks the other side is still alive):
-no core spins.
+no core spins (on a loaded 2-core machine a bounded spin of the parent before blocking
+lost where it kept a core from the workers, and came out even where it yielded the core
+each turn). Stepping ready-first, the workers run
+as ``SCHED_BATCH`` so that one woken by a command does not preempt the parent, which
+is acting for the other sub-envs meanwhile.
 
 It has the same API and episode rules as ``EnvPoolVectorEnv``: gymnasium's
 ``NEXT_STEP`` autoreset (the call after a sub-env's episode ended resets it,
@@ -54,6 +58,7 @@ from envrunners.errors import (
     VectorEnvWorkerDiedError,
     VectorEnvWorkerHungError,
 )
+from envrunners.sampling._overlap_choice import available_cpus
 from envrunners.utils.failure_log import FAILURE_LOG
 
 __all__ = ["SharedMemoryVectorEnv", "default_num_workers"]
@@ -272,6 +277,21 @@ class _Worker:
         return results
 
 
+def _no_wakeup_preemption() -> None:
+    """Run this worker process as ``SCHED_BATCH`` (same nice level, same CPU share).
+
+    A ``SCHED_BATCH`` process woken by a command does not preempt the task running on
+    the core it lands on; it runs when a core frees (or at the next tick). Stepping
+    ready-first, the parent sends one group's actions and goes on acting for the
+    other group, so a woken worker that preempted it would stall the very inference
+    it is meant to overlap. Where the OS has no such policy, nothing changes.
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        pass
+
+
 def _worker_main(
     index: int,
     lo: int,
@@ -285,14 +305,19 @@ def _worker_main(
     ppid: int,
     restart_failed: bool,
     worker_cls: type = _Worker,
+    yield_on_wake: bool = False,
 ) -> None:
     """Worker-process loop: build the share's sub-envs, then serve commands until told to close.
 
     ``worker_cls`` is ``_Worker`` or a subclass (``SharedMemoryVectorMultiAgentEnv``'s)
     that also takes ``_STEP_WITH``: a step whose per-sub-env data comes over the pipe.
+    ``yield_on_wake``: run as ``SCHED_BATCH`` (``_no_wakeup_preemption``; the parent
+    steps ready-first).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     parent_conn.close()
+    if yield_on_wake:
+        _no_wakeup_preemption()
     views = layout.views(buf)
     try:
         worker = worker_cls(index, lo, list(env_fns.fn), views, layout)
@@ -359,13 +384,15 @@ def _worker_main(
 
 # -- the parent side ------------------------------------------------------------------------
 def default_num_workers(num_envs: int, batch_size: int | None = None) -> int:
-    """Worker processes for ``num_envs`` sub-envs: one per CPU core, at most one per sub-env.
+    """Worker processes for ``num_envs`` sub-envs: one per CPU core this process may run
+    on (its affinity, as ``taskset`` or a container's cpuset leaves it), at most one per
+    sub-env.
 
     With ``batch_size < num_envs`` every worker gets an equal share that divides
     ``batch_size``: the fewest such workers that still use every core (16 envs,
     batch 8: 2 workers on 2 cores, 16 on 16 cores).
     """
-    target = min(num_envs, os.cpu_count() or 1)
+    target = min(num_envs, available_cpus())
     if batch_size is None or batch_size >= num_envs:
         return target
     share = max(
@@ -504,7 +531,13 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self._checked_at = time.monotonic()  # when workers were last checked to be alive
         self._all_workers = list(range(w))
         self._first_rows = [int(share[0]) for share in self.shares]
-        self._last_recv: tuple[Any, list[int]] | None = None
+        #: Per worker: its sub-envs' rows (a slice) and ids (as ``recv`` returns them).
+        self._share_rows = [slice(int(s[0]), int(s[-1]) + 1) for s in self.shares]
+        self._share_ids = [s.astype(np.int32) for s in self.shares]
+        #: Workers per ``recv()`` (with ``batch_size < num_envs``; equal shares).
+        self._recv_workers = self.batch_size // len(self.shares[0])
+        #: ``(env_ids, workers, rows)`` of the last ``recv()`` until they are sent.
+        self._last_recv: tuple[np.ndarray, list[int], Any] | None = None
         #: Sub-envs recreated (after an exception) during the last reset/step/recv.
         self.failed = np.zeros(n, dtype=np.bool_)
         #: Total number of sub-env failures recovered so far.
@@ -543,6 +576,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
                 os.getpid(),
                 self.restart_failed,
                 self._worker_cls,
+                self.is_async,
             ),
             daemon=True,
         )
@@ -738,12 +772,13 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
 
         ``infos`` is the returned list, ``rows[n]`` the row of ``workers[n]``'s first sub-env.
         """
-        self._ready[workers] = 0
-        self._in_flight[workers] = False
+        ready, in_flight, has_msg = self._ready, self._in_flight, self._has_msg
         self._tokens -= len(workers)
         errors: list[tuple[int, str, str, str, Any]] = []
         for k, row in zip(workers, rows, strict=True):
-            if not self._has_msg[k]:
+            ready[k] = 0  # (a scalar store per worker: cheaper than indexing with the list)
+            in_flight[k] = False
+            if not has_msg[k]:
                 continue
             try:
                 msg = self._conns[k].recv()
@@ -925,8 +960,8 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             VectorEnvWorkerDiedError: a worker this call waits for died.
         """
         self._check_open()
-        k = self.batch_size // len(self.shares[0])
-        if int(self._in_flight.sum()) < k:
+        k = self._recv_workers
+        if np.count_nonzero(self._in_flight) < k:
             raise RuntimeError(
                 f"SharedMemoryVectorEnv.recv(): only {int(self._in_flight.sum()) * len(self.shares[0])}"
                 f" sub-envs are stepping, fewer than batch_size={self.batch_size}; send() the "
@@ -934,16 +969,17 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             )
         self._clear_failures()
         self._acquire(k, "stepping")
-        ready = np.flatnonzero(self._ready & self._in_flight)
-        if len(ready) > k:
-            ready = ready[np.argsort(self._stamp[ready], kind="stable")[:k]]
-        workers = ready.tolist()
+        in_flight = self._in_flight
+        workers = [w for w, r in enumerate(self._ready.tolist()) if r and in_flight[w]]
+        if len(workers) > k:  # the longest-finished first
+            workers.sort(key=self._stamp.__getitem__)
+            del workers[k:]
         if k == 1:
-            ids = self.shares[workers[0]]
-            rows: Any = slice(int(ids[0]), int(ids[-1]) + 1)
+            rows: Any = self._share_rows[workers[0]]
+            env_ids = self._share_ids[workers[0]].copy()
         else:
-            ids = np.concatenate([self.shares[w] for w in workers])
-            rows = ids
+            env_ids = np.concatenate([self._share_ids[w] for w in workers])
+            rows = env_ids
         obs = _take(self._obs, rows)
         v = self._views
         rewards, terms, truncs = (
@@ -951,11 +987,10 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             v["terms"][rows].copy(),
             v["truncs"][rows].copy(),
         )
-        infos: list = [{} for _ in range(len(ids))]
+        infos: list = [{} for _ in range(len(env_ids))]
         share = len(self.shares[0])
         self._consume(workers, infos, [n * share for n in range(k)], "stepping")
-        env_ids = ids.astype(np.int32)
-        self._last_recv = (env_ids, workers)
+        self._last_recv = (env_ids, workers, rows)
         return env_ids, obs, rewards, terms, truncs, infos
 
     def send(self, actions: Any, env_ids: Any, *, payloads: Sequence[Any] | None = None) -> None:
@@ -971,11 +1006,12 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self._check_open()
         last = self._last_recv
         if last is not None and (env_ids is last[0] or np.array_equal(env_ids, last[0])):
-            workers = last[1]
+            workers, rows = last[1], last[2]
         else:
             workers = self._workers_for(np.asarray(env_ids))
+            rows = np.asarray(env_ids)
         self._last_recv = None
-        self._write_actions(actions, np.asarray(env_ids))
+        self._write_actions(actions, rows)
         if payloads is None:
             self._command(workers, _STEP, None)
             return
