@@ -140,6 +140,8 @@ def test_zero_timeout_take_returns_results_that_finished_before_the_call(ray_ses
     try:
         sampler = ContinuousSampler(group)
         assert sampler.take(max_env_steps=1, timeout_s=60)
+        while sampler.num_queued():  # only a fetch in the zero-timeout call can deliver now
+            assert sampler.take(max_env_steps=1, timeout_s=60)
         tags = [f"{TAG_PREFIX}{runner_id}" for runner_id in group.healthy_env_runner_ids()]
         assert group.wait_async_reqs(tags=tags, timeout_seconds=60)  # one has finished
         received = sampler.num_results_received
