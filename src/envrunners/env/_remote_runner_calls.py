@@ -67,8 +67,16 @@ def apply_state(runner: Any, state: dict, global_vars: dict | None = None) -> in
     Pushed weights (an ObjectRef) reach the module as copy-on-write views of the
     object store's memory (``adoptable_weights``), not as a copy.
     """
+    return _set_state(runner, adoptable_weights, state, global_vars)
+
+
+def _set_state(
+    runner: Any, prepare: Callable[[Any, Any], dict], state: Any, global_vars: dict | None
+) -> int:
+    """``set_state(prepare(runner, state))`` and ``set_global_vars``; returns the runner's
+    seq no. Any error, in ``prepare`` too, is raised as an ``EnvRunnerError``."""
     try:
-        runner.set_state(adoptable_weights(runner, state))
+        runner.set_state(prepare(runner, state))
         if global_vars and hasattr(runner, "set_global_vars"):
             runner.set_global_vars(global_vars)
     except Exception as err:
@@ -88,18 +96,18 @@ def install_weights(
     (``adoptable_state``) instead of copying. Same gating by ``weights_seq_no``
     and the same errors as ``apply_state``.
     """
-    try:
-        seq = int(weights_seq_no or 0)
-        if isinstance(weights, dict) and (
-            seq == 0 or int(getattr(runner, "_weights_seq_no", 0) or 0) < seq
-        ):
-            weights = _adoptable(weights)
-        runner.set_state({RL_MODULE: weights, SEQ_NO: seq})
-        if global_vars and hasattr(runner, "set_global_vars"):
-            runner.set_global_vars(global_vars)
-    except Exception as err:
-        raise _runner_error(runner, "set_state()", err) from err
-    return int(getattr(runner, "_weights_seq_no", 0) or 0)
+    return _set_state(runner, _pushed_state, (weights, weights_seq_no), global_vars)
+
+
+def _pushed_state(runner: Any, push: tuple[Any, Any]) -> dict:
+    """The runner state of a weight push: weights the runner will apply (a newer
+    ``weights_seq_no``, or none) as views it may adopt."""
+    weights, seq = push[0], int(push[1] or 0)
+    if isinstance(weights, dict) and (
+        seq == 0 or int(getattr(runner, "_weights_seq_no", 0) or 0) < seq
+    ):
+        weights = _adoptable(weights)
+    return {RL_MODULE: weights, SEQ_NO: seq}
 
 
 _in_actor = False  # set once this process is known to run a Ray actor (it stays one)
