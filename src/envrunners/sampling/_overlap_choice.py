@@ -71,5 +71,5 @@ def available_cpus() -> int:
     """The CPUs this process may run on (its affinity where the OS tells it)."""
     try:
         return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS / Windows
+    except (AttributeError, OSError):  # pragma: no cover - macOS / Windows
         return os.cpu_count() or 1

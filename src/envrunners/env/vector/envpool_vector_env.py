@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import os
 import sys
 import warnings
 from typing import Any
@@ -36,6 +35,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from envrunners.errors import ConfigError, EnvPoolNotInstalledError, UnknownEnvError, suggest
+from envrunners.sampling._overlap_choice import available_cpus
 
 __all__ = [
     "ATARI_DEFAULTS",
@@ -126,11 +126,7 @@ def async_num_threads(batch_size: int) -> int:
     the pool's threads then preempt the acting thread. A synchronous pool keeps
     EnvPool's default: the sampler waits while it steps.
     """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # no affinity API (macOS, Windows)
-        cores = os.cpu_count() or 1
-    return max(1, min(int(batch_size), cores - 1))
+    return max(1, min(int(batch_size), available_cpus() - 1))
 
 
 def _is_atari(spec_config: Any) -> bool:
