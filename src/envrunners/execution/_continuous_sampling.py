@@ -43,7 +43,6 @@ from typing import Any
 
 from envrunners import errors
 from envrunners.env._remote_runner_calls import get_connector_states
-from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import ConfigError
 from envrunners.execution.rollout_ops import _count, _sample_on_runner, _unpack
 
@@ -93,14 +92,6 @@ def _sample_continuously_on_runner(
     packed = _sample_on_runner(runner, random_actions=random_actions, with_metrics=True)
     states = get_connector_states(runner) if with_states else None
     return sent_version, used, packed, states
-
-
-def _steps(samples: Any) -> tuple[int, int]:
-    """Env and agent steps of a result: one pass for a list of plain single-agent episodes."""
-    if type(samples) is list and all(type(e) is SingleAgentEpisode for e in samples):
-        n = sum([e.t - e.t_started for e in samples])  # each one's env_steps() and agent_steps()
-        return n, n
-    return _count(samples, False), _count(samples, True)
 
 
 class ContinuousSampler:
@@ -239,7 +230,6 @@ class ContinuousSampler:
             elif versions:
                 versions.pop(0)
             samples, metrics = _unpack(packed)
-            env_steps, agent_steps = _steps(samples)
             self._ready.append(
                 ContinuousSample(
                     runner_id=runner_id,
@@ -248,8 +238,8 @@ class ContinuousSampler:
                     connector_states=states,
                     sent_version=sent_version,
                     weights_seq_no=used,
-                    env_steps=env_steps,
-                    agent_steps=agent_steps,
+                    env_steps=_count(samples, False),
+                    agent_steps=_count(samples, True),
                 )
             )
         self.num_results_received += len(got)

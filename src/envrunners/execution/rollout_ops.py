@@ -100,6 +100,8 @@ def _unpack(result: Any) -> Any:
 def _count(samples: Any, agent_steps: bool) -> int:
     """Env (or agent) steps in a list of episodes or in a (multi-agent) batch."""
     if isinstance(samples, list):
+        if all(type(e) is SingleAgentEpisode for e in samples):  # env = agent steps
+            return sum([e.t - e.t_started for e in samples])  # (their ``len()``)
         total = 0
         for episode in samples:
             if agent_steps and hasattr(episode, "agent_steps"):
