@@ -127,9 +127,7 @@ class ColumnBuffer:
     def write_at(self, cells: np.ndarray, value: Any) -> None:
         """Set cell ``cells[j]`` (``row * num_envs + env``, see :meth:`cells`) to ``value[j]``:
         one ready-first batch, each sub-env at its own row."""
-        flat = self._cells
-        if flat is None:
-            flat = self.cells()
+        flat = self.cells()
         if type(flat) is np.ndarray:
             flat[cells] = value
         else:
@@ -137,9 +135,7 @@ class ColumnBuffer:
 
     def gather(self, cells: np.ndarray) -> Any:
         """The batch of cells ``cells[j]`` (a copy), in their order (see :meth:`cells`)."""
-        flat = self._cells
-        if flat is None:
-            flat = self.cells()
+        flat = self.cells()
         if type(flat) is np.ndarray:
             return flat.take(cells, axis=0)
         return tree_map(lambda buf: buf.take(cells, axis=0), flat)

@@ -590,8 +590,6 @@ def _categorical_numpy_outputs(
         actions, logp = _sample_categorical_numpy(logits, generator, logits_t)
     else:
         actions, logp = logits.argmax(-1), np.zeros(len(logits), np.float32)
-    if actions.dtype != fast["action_dtype"]:
-        actions = actions.astype(fast["action_dtype"])
     out = {
         Columns.ACTIONS: actions,
         Columns.ACTION_LOGP: logp,
@@ -599,7 +597,7 @@ def _categorical_numpy_outputs(
     }
     if values is not None:
         out[Columns.VF_PREDS] = values
-    return out
+    return _with_action_dtype(out, fast)
 
 
 def _with_action_dtype(out: dict[str, np.ndarray], fast: dict[str, Any]) -> dict[str, np.ndarray]:
