@@ -475,8 +475,7 @@ class SingleAgentSampler:
         next_row: dict[int, np.ndarray] = {}
         # Flat views of the step columns and the observations (None: nested), made
         # again when ``_capacity`` replaces the arrays; the output columns' writes.
-        flat_rewards, flat_terms, flat_truncs, flat_obs = self._flat_step_columns()
-        write_obs = None if flat_obs is None else cell_writer(flat_obs)
+        flat_rewards, flat_terms, flat_truncs, flat_obs, write_obs = self._flat_step_columns()
         writes: _OutputWrites | None = None
         plannable = True  # False: a nested output column (written through its buffer)
         while send_failed or ((eps < target) if episode_mode else (ts < target)):
@@ -504,8 +503,9 @@ class SingleAgentSampler:
                 finished = []
                 ts = eps = 0
                 top = base
-                flat_rewards, flat_terms, flat_truncs, flat_obs = self._flat_step_columns()
-                write_obs = None if flat_obs is None else cell_writer(flat_obs)
+                flat_rewards, flat_terms, flat_truncs, flat_obs, write_obs = (
+                    self._flat_step_columns()
+                )
                 writes = None
                 continue
             env_ids, raw_obs, rewards, terms, truncs, infos = results
@@ -516,8 +516,9 @@ class SingleAgentSampler:
             top += 1
             if top + 1 >= self._rows_capacity:
                 self._capacity(top + 2)
-                flat_rewards, flat_terms, flat_truncs, flat_obs = self._flat_step_columns()
-                write_obs = None if flat_obs is None else cell_writer(flat_obs)
+                flat_rewards, flat_terms, flat_truncs, flat_obs, write_obs = (
+                    self._flat_step_columns()
+                )
                 writes = None
             cells = cptr[ids]  # the current observations' cells: this step's row
             first = fresh[ids] if n_fresh else None
@@ -553,8 +554,7 @@ class SingleAgentSampler:
             else:
                 if self._obs is None:
                     self._obs = ColumnBuffer.for_envs(obs, n_envs, self._rows_capacity + 1)
-                    flat_obs = self._flat_step_columns()[3]
-                    write_obs = None if flat_obs is None else cell_writer(flat_obs)
+                    flat_obs, write_obs = self._flat_step_columns()[3:]
                 self._obs.write_at(new_cells, obs)
             if any(infos):
                 self._store_infos(new_cells // n_envs, ids, infos)
@@ -653,16 +653,20 @@ class SingleAgentSampler:
             buf.write_at(cells, value)
         self._extras_written.update(extras)
 
-    def _flat_step_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    def _flat_step_columns(self) -> tuple[Any, ...]:
         """The reward, terminated and truncated columns and the observations as flat
-        views (cell ``row * num_envs + env``), for the ready-first loop's writes; the
-        observations are None while they have no buffer or are nested."""
+        views (cell ``row * num_envs + env``), for the ready-first loop's writes, and
+        the observations' ``cell_writer``; both None while the observations have no
+        buffer or are nested."""
         flat_obs = self._obs.cells() if self._obs is not None else None
+        if type(flat_obs) is not np.ndarray:
+            flat_obs = None
         return (
             self._rewards.reshape(-1),
             self._terms.reshape(-1),
             self._truncs.reshape(-1),
-            flat_obs if type(flat_obs) is np.ndarray else None,
+            flat_obs,
+            None if flat_obs is None else cell_writer(flat_obs),
         )
 
     def _store_infos(self, rows: np.ndarray, ids: np.ndarray, infos: list[dict]) -> None:
