@@ -375,3 +375,69 @@ def test_non_contiguous_columns_round_trip(packed):
     else:
         back = pickle.loads(pickle.dumps(ep, protocol=5))
     assert_episodes_equal(ep, back)
+
+
+_OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+_ACT_SPACE = gym.spaces.Discrete(2)
+
+
+def _runner_like(n, lookback, rewards_dtype=np.float32):
+    """An episode as one runner makes them: its spaces shared with the others."""
+    rng = np.random.default_rng(n)
+    k = n + lookback
+    return SingleAgentEpisode.from_columns(
+        observations=rng.standard_normal((k + 1, 4)).astype(np.float32),
+        actions=rng.integers(0, 2, k),
+        rewards=np.ones(k, rewards_dtype),
+        extra_model_outputs={
+            "action_logp": rng.standard_normal(k).astype(np.float32),
+            "action_dist_inputs": rng.standard_normal((k, 2)).astype(np.float32),
+        },
+        len_lookback_buffer=lookback,
+        observation_space=_OBS_SPACE,
+        action_space=_ACT_SPACE,
+        terminated=n % 2 == 1,
+    )
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_one_layout_packs_by_column_and_round_trips_exactly(protocol):
+    episodes = [_runner_like(3, 1), _runner_like(0, 0), _runner_like(7, 0), _runner_like(1, 2)]
+    packed = _episode_transport.pack_episodes(episodes, SingleAgentEpisode)
+    assert packed.__reduce_ex__(protocol)[0] is _episode_transport.rebuild_columnar
+    back = _packed_round_trip(episodes, protocol)
+    for ep, b in zip(episodes, back):
+        assert_episodes_equal(ep, b)
+        b.validate()
+    bases = {id(b.actions.data.base) for b in back if len(b.actions.data)}
+    bases |= {id(b.extra_model_outputs["action_dist_inputs"].data.base) for b in back[2:]}
+    assert len(bases) == 1
+    for b in back:  # aligned, writable views, each into its own part of the block
+        assert b.observations.data.flags.writeable and b.observations.data.flags.aligned
+    back[0].set_rewards(new_data=np.full(3, 9.0, np.float32))
+    np.testing.assert_array_equal(back[2].get_rewards(), episodes[2].get_rewards())
+
+
+def test_a_column_of_another_layout_falls_back_to_one_header_per_episode():
+    episodes = [_runner_like(3, 1), _runner_like(4, 1, rewards_dtype=np.float64)]
+    packed = _episode_transport.pack_episodes(episodes, SingleAgentEpisode)
+    assert packed.__reduce_ex__(5)[0] is _episode_transport.rebuild_episodes
+    for ep, b in zip(episodes, _packed_round_trip(episodes)):
+        assert_episodes_equal(ep, b)
+
+
+def test_runner_samples_pack_by_column():
+    from envrunners.algorithms.ppo import PPOConfig
+    from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = PPOConfig().environment("CartPole-v1").env_runners(num_envs_per_env_runner=2)
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        runner.sample(num_timesteps=40)
+        episodes = runner.sample(num_timesteps=60)
+    finally:
+        runner.stop()
+    packed = _episode_transport.pack_episodes(episodes, SingleAgentEpisode)
+    assert packed.__reduce_ex__(5)[0] is _episode_transport.rebuild_columnar
+    for ep, b in zip(episodes, _packed_round_trip(episodes)):
+        assert_episodes_equal(ep, b)

@@ -30,6 +30,7 @@ memo keeps it) and the extra attributes of subclasses.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import pickle
 import sys
@@ -40,7 +41,14 @@ import numpy as np
 from envrunners.env._empty_infos import EmptyInfosBuffer
 from envrunners.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 
-__all__ = ["episode_reduce", "own_slots", "pack_episodes", "rebuild_episode", "rebuild_episodes"]
+__all__ = [
+    "episode_reduce",
+    "own_slots",
+    "pack_episodes",
+    "rebuild_columnar",
+    "rebuild_episode",
+    "rebuild_episodes",
+]
 
 #: Offsets of the packed arrays in the block are multiples of this (any dtype's alignment).
 _ALIGN = 16
@@ -220,8 +228,151 @@ class _PackedEpisodes:
 
     def __reduce_ex__(self, protocol: int) -> tuple[Any, ...]:
         packer, base = _Packer(), self.base
+        columns = _columnar_header(self.episodes, base, packer)
+        if columns is not None:
+            return (rebuild_columnar, (base, columns, _block_arg(packer.block(), protocol)))
         headers = [(type(e), packer.header(e, base)) for e in self.episodes]
         return (rebuild_episodes, (headers, _block_arg(packer.block(), protocol)))
+
+
+def _column_template(buf: Any) -> tuple[Any, ...] | None:
+    """``(dtype, row shape, finalized, space, space_struct)`` of a buffer whose data is
+    one packable array with rows; else None."""
+    if type(buf) is not InfiniteLookbackBuffer:
+        return None
+    data = buf.data
+    if not _packable(data) or not data.ndim:
+        return None
+    return (data.dtype, data.shape[1:], buf.finalized, buf._space, buf.space_struct)
+
+
+def _column_arrays(buffers: list[Any], template: tuple[Any, ...]) -> list[np.ndarray] | None:
+    """The data arrays of ``buffers`` if every buffer matches ``template``; else None."""
+    dtype, row_shape, finalized, space, space_struct = template
+    arrays = []
+    keep = arrays.append
+    ndarray, buffer_cls = np.ndarray, InfiniteLookbackBuffer
+    for buf in buffers:
+        if type(buf) is not buffer_cls:
+            return None
+        data = buf.data
+        if (
+            type(data) is not ndarray
+            or data.dtype != dtype
+            or data.shape[1:] != row_shape
+            or not data.ndim
+            or buf.finalized is not finalized
+            or buf._space is not space
+            or buf.space_struct is not space_struct
+        ):
+            return None
+        keep(data)
+    return arrays
+
+
+def _columnar_header(episodes: list[Any], base: type, packer: _Packer) -> tuple[Any, ...] | None:
+    """A columnar header of ``episodes`` (their arrays go into ``packer``), or None.
+
+    Applies when every episode is a plain ``base`` episode of one layout (as one
+    runner's ``sample()`` makes them): infos not made yet, and each other column
+    one array of the same dtype, row shape, finalized flag and spaces. Then each
+    column's arrays lie back to back in the block and the header holds, per
+    column, that template and each episode's row count and lookback; per episode only its plain
+    slot values and infos length. Why: a header of tuples per episode and column
+    was most of the runner's packing and of the driver's unpickling.
+    """
+    first = episodes[0]
+    keys = tuple(first.extra_model_outputs)
+    for episode in episodes:
+        if type(episode) is not base or type(episode.infos) is not EmptyInfosBuffer:
+            return None
+        if tuple(episode.extra_model_outputs) != keys:
+            return None
+    columns = [
+        [e.observations for e in episodes],
+        [e.actions for e in episodes],
+        [e.rewards for e in episodes],
+    ]
+    columns += [[e.extra_model_outputs[k] for e in episodes] for k in keys]
+    templates, rows, lookbacks = [], [], []
+    for buffers in columns:
+        template = _column_template(buffers[0])
+        arrays = None if template is None else _column_arrays(buffers, template)
+        if arrays is None:
+            return None
+        dtype = template[0]
+        name = _dtype_strs.get(dtype)
+        if name is None:
+            name = _dtype_strs[dtype] = sys.intern(dtype.str)
+        templates.append((name, *template[1:]))
+        rows.append([len(a) for a in arrays])
+        lookbacks.append([b.lookback for b in buffers])
+        size = sum([a.nbytes for a in arrays])
+        packer.arrays += arrays
+        pad = -size % _ALIGN
+        if pad:
+            packer.arrays.append(_PADS[pad])
+        packer.size += size + pad
+    infos = [e.infos for e in episodes]
+    names, values = _plain_slots(base)
+    return (
+        names,
+        [values(e) for e in episodes],
+        [b.len_incl_lookback() for b in infos],
+        [b.lookback for b in infos],
+        keys,
+        tuple(templates),
+        rows,
+        lookbacks,
+    )
+
+
+def rebuild_columnar(cls: type, header: tuple[Any, ...], block: Any) -> list[Any]:
+    """Rebuild a list packed by ``_columnar_header``; every array is a view into ``block``."""
+    names, values, infos_len, infos_lookback, keys, templates, rows, lookbacks = header
+    new, buffer_cls, ndarray, empty = object.__new__, InfiniteLookbackBuffer, np.ndarray, np.empty
+    columns = []
+    start = 0
+    for (name, row_shape, finalized, space, space_struct), counts, column_lookbacks in zip(
+        templates, rows, lookbacks
+    ):
+        dtype = _dtypes[name]
+        row_bytes = dtype.itemsize * math.prod(row_shape)
+        offset = start
+        column = []
+        keep = column.append
+        for n, lookback in zip(counts, column_lookbacks):
+            shape = (n, *row_shape)
+            if n and row_bytes:
+                data = ndarray(shape, dtype, block, offset)
+                offset += n * row_bytes
+            else:
+                data = empty(shape, dtype)
+            buf = new(buffer_cls)
+            buf.data = data
+            buf.lookback = lookback
+            buf.finalized = finalized
+            buf._space = space
+            buf.space_struct = space_struct
+            keep(buf)
+        columns.append(column)
+        start = offset + (-offset % _ALIGN)
+    of_length = EmptyInfosBuffer.of_length
+    set_slots = _slot_setter(names)
+    episodes = []
+    keep = episodes.append
+    for plain, n, lookback, (obs, actions, rewards, *extras) in zip(
+        values, infos_len, infos_lookback, zip(*columns)
+    ):
+        ep = new(cls)
+        set_slots(ep, plain)
+        ep.observations = obs
+        ep.infos = of_length(n, lookback)
+        ep.actions = actions
+        ep.rewards = rewards
+        ep.extra_model_outputs = dict(zip(keys, extras))
+        keep(ep)
+    return episodes
 
 
 def pack_episodes(samples: Any, base: type) -> Any:
