@@ -9,8 +9,12 @@ plain values (ids, flags, spaces, each column's layout) and ONE block holding
 all its packable arrays (contiguous copies at 16-byte aligned offsets).
 
 A whole ``sample()`` result goes through ``pack_episodes``: its episodes share
-ONE block (one buffer for pickle and Ray, one join of all arrays on the runner)
-and keep one header each.
+ONE block (one buffer for pickle and Ray, one join of all arrays on the runner).
+Episodes of one layout (one runner's: same columns, dtypes and spaces) pack by
+column: each column's arrays lie back to back, the header holds one template per
+column and, per episode, its plain slot values and row counts; rebuilt, each
+episode's arrays are slices of one view per column. Other lists keep one header
+per episode.
 
 With pickle protocol 5 the block travels as a ``PickleBuffer``: Ray sends it
 out-of-band without copies (the arrays then are read-only, like every array Ray
@@ -328,9 +332,13 @@ def _columnar_header(episodes: list[Any], base: type, packer: _Packer) -> tuple[
 
 
 def rebuild_columnar(cls: type, header: tuple[Any, ...], block: Any) -> list[Any]:
-    """Rebuild a list packed by ``_columnar_header``; every array is a view into ``block``."""
+    """Rebuild a list packed by ``_columnar_header``.
+
+    Each column is one array view into ``block``; an episode's arrays are slices of
+    those (a slice costs half of a new view into the block).
+    """
     names, values, infos_len, infos_lookback, keys, templates, rows, lookbacks = header
-    new, buffer_cls, ndarray, empty = object.__new__, InfiniteLookbackBuffer, np.ndarray, np.empty
+    new, buffer_cls = object.__new__, InfiniteLookbackBuffer
     columns = []
     start = 0
     for (name, row_shape, finalized, space, space_struct), counts, column_lookbacks in zip(
@@ -338,25 +346,26 @@ def rebuild_columnar(cls: type, header: tuple[Any, ...], block: Any) -> list[Any
     ):
         dtype = _dtypes[name]
         row_bytes = dtype.itemsize * math.prod(row_shape)
-        offset = start
+        total = sum(counts)
+        if total and row_bytes:
+            whole = np.ndarray((total, *row_shape), dtype, block, start)
+        else:
+            whole = np.empty((total, *row_shape), dtype)
         column = []
         keep = column.append
+        first = 0
         for n, lookback in zip(counts, column_lookbacks):
-            shape = (n, *row_shape)
-            if n and row_bytes:
-                data = ndarray(shape, dtype, block, offset)
-                offset += n * row_bytes
-            else:
-                data = empty(shape, dtype)
             buf = new(buffer_cls)
-            buf.data = data
+            buf.data = whole[first : first + n]
+            first += n
             buf.lookback = lookback
             buf.finalized = finalized
             buf._space = space
             buf.space_struct = space_struct
             keep(buf)
         columns.append(column)
-        start = offset + (-offset % _ALIGN)
+        end = start + total * row_bytes
+        start = end + (-end % _ALIGN)
     of_length = EmptyInfosBuffer.of_length
     set_slots = _slot_setter(names)
     episodes = []
