@@ -67,8 +67,6 @@ _WAITING = ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY")
 #: being in use this long (seconds).
 STANDBY_AFTER_S = 5.0
 _MAX_RESTORE_FAILURES = 3
-#: ``maintain`` fetches pushes it found still running at most this often (seconds).
-_UPKEEP_FETCH_EVERY_S = 0.005
 
 
 def is_runner_fault(error: BaseException) -> bool:
@@ -153,9 +151,6 @@ class RunnerRecovery:
         self._restore_failures: dict[int, int] = defaultdict(int)
         #: Runners whose process is being replaced (counted once they serve again).
         self._replacing: set[int] = set()
-        #: (internal pushes still running at ``maintain``'s last fetch, until when that
-        #: fetch stands for them): see ``_recently_waiting``.
-        self._pushes_waiting: tuple[int, float] = (0, 0.0)
 
     def close(self) -> None:
         """Kill the standby and forget everything (the group stopped)."""
@@ -650,12 +645,9 @@ class RunnerRecovery:
         manager = self._manager
         if manager.late_actor_ids():
             self.check_late_calls()
-        outstanding = sum(manager.num_outstanding_async_reqs(t) for t in INTERNAL_TAGS)
-        if outstanding and not self._recently_waiting(outstanding):
+        if any(manager.num_outstanding_async_reqs(t) for t in INTERNAL_TAGS):
             results = manager.fetch_ready_async_reqs(tags=list(INTERNAL_TAGS), timeout_seconds=0)
             self.handle_errors(results)
-            left = sum(manager.num_outstanding_async_reqs(t) for t in INTERNAL_TAGS)
-            self._pushes_waiting = (left, time.monotonic() + _UPKEEP_FETCH_EVERY_S)
         if self.standby is None and time.monotonic() >= self._standby_due:
             self.spawn_standby()
         if self._prepared is None and self.standby is not None and manager.late_actor_ids():
@@ -663,17 +655,6 @@ class RunnerRecovery:
         auto = bool(self._config.restart_failed_env_runners)
         if self._restore_calls or (auto and manager.num_healthy_actors() < manager.num_actors()):
             self._poll_restores(0.0)
-
-    def _recently_waiting(self, outstanding: int) -> bool:
-        """Whether these ``outstanding`` pushes were all still running at the last
-        fetch, less than ``_UPKEEP_FETCH_EVERY_S`` ago (then ``maintain`` skips the fetch).
-
-        Why: every group call runs ``maintain``; with pushes queued behind busy
-        runners' requests (continuous sampling) it fetched them two or three times
-        per result, a ``ray.wait`` each, and found them still running.
-        """
-        left, until = self._pushes_waiting
-        return outstanding == left and time.monotonic() < until
 
     def probe(self, timeout_seconds: float | None = None) -> list[int]:
         """Restore the unhealthy runners, waiting up to ``timeout_seconds`` (default the
