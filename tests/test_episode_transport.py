@@ -446,3 +446,16 @@ def test_runner_samples_pack_by_column():
     assert packed.__reduce_ex__(5)[0] is _episode_transport.rebuild_columnar
     for ep, b in zip(episodes, _packed_round_trip(episodes)):
         assert_episodes_equal(ep, b)
+
+
+def test_one_layout_with_non_contiguous_columns_round_trips():
+    episodes = [_runner_like(3, 1), _runner_like(4, 0)]
+    wide = np.arange(60, dtype=np.float32).reshape(5, 12)
+    episodes[1].observations.data = wide[:, ::3]  # strided view, same dtype and row shape
+    dist = episodes[0].extra_model_outputs["action_dist_inputs"]
+    dist.data = np.asfortranarray(dist.data)
+    assert _episode_transport._columnar_header(
+        episodes, SingleAgentEpisode, _episode_transport._Packer()
+    )
+    for ep, b in zip(episodes, _packed_round_trip(episodes)):
+        assert_episodes_equal(ep, b)
