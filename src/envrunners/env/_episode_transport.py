@@ -281,9 +281,10 @@ def _columnar_header(episodes: list[Any], base: type, packer: _Packer) -> tuple[
     runner's ``sample()`` makes them): infos not made yet, and each other column
     one array of the same dtype, row shape, finalized flag and spaces. Then each
     column's arrays lie back to back in the block and the header holds, per
-    column, that template and each episode's row count and lookback; per episode only its plain
-    slot values and infos length. Why: a header of tuples per episode and column
-    was most of the runner's packing and of the driver's unpickling.
+    column, that template and each episode's row count and lookback; per episode
+    only its plain slot values and infos length. Why: a header of tuples per
+    episode and column was most of the runner's packing and of the driver's
+    unpickling.
     """
     first = episodes[0]
     keys = tuple(first.extra_model_outputs)
@@ -309,8 +310,8 @@ def _columnar_header(episodes: list[Any], base: type, packer: _Packer) -> tuple[
         if name is None:
             name = _dtype_strs[dtype] = sys.intern(dtype.str)
         templates.append((name, *template[1:]))
-        rows.append([len(a) for a in arrays])
-        lookbacks.append([b.lookback for b in buffers])
+        rows.append(_shared([len(a) for a in arrays], rows))
+        lookbacks.append(_shared([b.lookback for b in buffers], lookbacks))
         size = sum([a.nbytes for a in arrays])
         packer.arrays += arrays
         pad = -size % _ALIGN
@@ -329,6 +330,15 @@ def _columnar_header(episodes: list[Any], base: type, packer: _Packer) -> tuple[
         rows,
         lookbacks,
     )
+
+
+def _shared(values: list[int], earlier: list[list[int]]) -> list[int]:
+    """``values``, or an equal list of ``earlier`` (pickled once: most columns have the
+    same row counts and lookbacks)."""
+    for other in earlier:
+        if other == values:
+            return other
+    return values
 
 
 def rebuild_columnar(cls: type, header: tuple[Any, ...], block: Any) -> list[Any]:
