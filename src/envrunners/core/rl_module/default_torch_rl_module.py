@@ -699,8 +699,9 @@ def _gumbel_max(
         buffer.exponential_()
     else:
         buffer.exponential_(generator=generator)
-    np.log(noise, out=perturbed)  # the torch buffer itself is only read
-    return np.subtract(scores, perturbed, out=perturbed).argmax(-1), starts
+    # Outputs passed positionally: a ufunc parses them faster than ``out=``.
+    np.log(noise, perturbed)  # the torch buffer itself is only read
+    return np.subtract(scores, perturbed, perturbed).argmax(-1), starts
 
 
 def _sample_categorical(
