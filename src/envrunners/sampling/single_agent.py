@@ -219,8 +219,8 @@ class SingleAgentSampler:
             self._terms = np.resize(self._terms, (new, self.num_envs))
             self._truncs = np.resize(self._truncs, (new, self.num_envs))
             self._seq = np.resize(self._seq, (new, self.num_envs))
-        if len(self._infos) < rows + 1:
-            self._infos.extend([None] * (rows + 1 - len(self._infos)))
+        if len(self._infos) < rows + 1:  # doubling too: the ready-first loop grows row by row
+            self._infos.extend([None] * (max(rows + 1, 2 * len(self._infos)) - len(self._infos)))
         # Step rows that fit in every column (extras made later get the obs capacity).
         self._rows_capacity = min(
             len(self._rewards),
