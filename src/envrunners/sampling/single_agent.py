@@ -219,8 +219,8 @@ class SingleAgentSampler:
             self._terms = np.resize(self._terms, (new, self.num_envs))
             self._truncs = np.resize(self._truncs, (new, self.num_envs))
             self._seq = np.resize(self._seq, (new, self.num_envs))
-        if len(self._infos) < rows + 1:
-            self._infos.extend([None] * (rows + 1 - len(self._infos)))
+        if len(self._infos) < rows + 1:  # doubling too: the ready-first loop grows row by row
+            self._infos.extend([None] * (max(rows + 1, 2 * len(self._infos)) - len(self._infos)))
         # Step rows that fit in every column (extras made later get the obs capacity).
         self._rows_capacity = min(
             len(self._rewards),
@@ -545,8 +545,6 @@ class SingleAgentSampler:
                     step = next_row[k] = np.full(k, n_envs, np.intp)
                 new_cells = cells + step
             flat_rewards[cells] = rewards if reward_fn is None else reward_fn(rewards)
-            flat_terms[cells] = terms
-            flat_truncs[cells] = truncs
             cptr[ids] = new_cells
             obs = obs_fn(raw_obs)
             if flat_obs is not None:
@@ -578,6 +576,10 @@ class SingleAgentSampler:
                 if n_done:
                     pending[ids] = done
             if n_done:
+                # The flags are read at the last step of finished episodes only, so they
+                # are written in batches with a done.
+                flat_terms[cells] = terms
+                flat_truncs[cells] = truncs
                 now = time.time()
                 for j in np.flatnonzero(done).tolist():
                     i = int(ids[j])
@@ -617,6 +619,9 @@ class SingleAgentSampler:
                 check(raw_obs, env_actions)
             # A failed send recreated the env: the next iteration restarts the call.
             send_failed = send_fn(env_actions, env_ids) is ENV_STEP_FAILURE
+            # The env's arrays go now, while it steps, not at the next batch's arrival:
+            # EnvPool allocates that batch's buffer then (freeing at once waits on its lock).
+            results = env_ids = raw_obs = obs = rewards = terms = truncs = None
         result.env_steps = result.agent_steps = ts
         ptr = cptr // n_envs  # each sub-env's current observation row
         end = int(ptr.max())

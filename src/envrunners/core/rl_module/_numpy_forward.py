@@ -66,7 +66,7 @@ def run_plan(plan: list[tuple[torch.Tensor, torch.Tensor, Any]], x: torch.Tensor
 
 _DATA_PTR = torch.Tensor.data_ptr
 #: Per activation name: ``(ufunc, second operand or None)``, applied in place as
-#: ``ufunc(h, out=h)`` / ``ufunc(h, operand, out=h)`` (no Python frame per layer).
+#: ``ufunc(h, h)`` / ``ufunc(h, operand, out=h)`` (no Python frame per layer).
 _NUMPY_ACTIVATIONS: dict[Any, tuple[Any, Any]] = {
     "tanh": (np.tanh, None),
     "relu": (np.maximum, np.float32(0.0)),
@@ -119,15 +119,21 @@ class NumpyPlan:
 
     def run_transposed(self, h: np.ndarray) -> np.ndarray:
         """``(in, B)`` float32 input -> ``(out, B)`` output (a fresh array)."""
-        for weight, bias, act, operand in self.layers:
-            h = weight @ h
-            h += bias
-            if act is not None:
-                if operand is None:
-                    act(h, out=h)
-                else:
-                    act(h, operand, out=h)
-        return h
+        return _run_layers(self.layers, h)
+
+
+def _run_layers(layers: list, h: np.ndarray) -> np.ndarray:
+    """Apply :class:`NumpyPlan` layers to the ``(in, B)`` input ``h``: one loop for any
+    number of stacks (a unary ufunc gets its output positionally: parsed faster than ``out=``)."""
+    for weight, bias, act, operand in layers:
+        h = weight @ h
+        h += bias
+        if act is not None:
+            if operand is None:
+                act(h, h)
+            else:
+                act(h, operand, out=h)  # (np.maximum takes ``out`` by keyword only)
+    return h
 
 
 class NumpyForward:
@@ -146,6 +152,7 @@ class NumpyForward:
         "pointers",
         "pi_params",
         "pi_pointers",
+        "pi_layers",
     )
 
     def __init__(self, encoder: NumpyPlan, pi: NumpyPlan, vf_encoder: Any, vf: Any):
@@ -156,6 +163,8 @@ class NumpyForward:
         #: The policy path's own parameters (acting without values reads no others).
         self.pi_params = [*encoder.params, *pi.params]
         self.pi_pointers = [*encoder.pointers, *pi.pointers]
+        #: The encoder's and the policy head's layers in one list (one loop runs both).
+        self.pi_layers = [*encoder.layers, *pi.layers]
 
     @classmethod
     def build(cls, module: Any) -> NumpyForward | None:
@@ -186,14 +195,13 @@ class NumpyForward:
         The policy output in the layers' own layout (fresh, C-contiguous): a
         reduction over its ``D`` rows runs along contiguous ``B``-long rows.
         """
-        xt = np.ascontiguousarray(x.T)
+        xt = x.T.copy()  # C order (a copy, as ``ascontiguousarray`` makes here, in half the time)
+        if not with_values or self.vf is None:
+            return _run_layers(self.pi_layers, xt), None
         ht = self.encoder.run_transposed(xt)
         pi_t = self.pi.run_transposed(ht)
-        values = None
-        if with_values and self.vf is not None:
-            hv = ht if self.vf_encoder is None else self.vf_encoder.run_transposed(xt)
-            values = self.vf.run_transposed(hv).reshape(-1)
-        return pi_t, values
+        hv = ht if self.vf_encoder is None else self.vf_encoder.run_transposed(xt)
+        return pi_t, self.vf.run_transposed(hv).reshape(-1)
 
 
 class NumpyLSTM:

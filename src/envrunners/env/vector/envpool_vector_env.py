@@ -252,6 +252,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
             slots = {"env_id": 0, "players.env_id": 0, "action": 1}
             if action_keys[-1] == "action":
                 self._send_order = tuple(slots[key] for key in action_keys)
+                #: ``(ids, actions)`` -> the arrays in ``_send_order`` (one C call).
+                self._send_pick = operator.itemgetter(*self._send_order)
                 self._action_dtype = action_dtype
 
     def _make_pool(self, seed: int) -> Any:
@@ -297,8 +299,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
             self._action_checked = True
             return
         ids = self._ids if env_ids is None else env_ids.astype(np.int32)
-        parts = (ids, actions.astype(self._action_dtype, order="C"))
-        self.pool._send([parts[slot] for slot in order])
+        self.pool._send(self._send_pick((ids, actions.astype(self._action_dtype, order="C"))))
 
     @property
     def is_async(self) -> bool:
@@ -389,6 +390,11 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         A sub-env whose previous result ended its episode comes back reset (reward 0,
         flags False) after its next ``send``, whatever action that carried.
         """
+        if self._recv_index is not None and not self._channels_last:
+            # ``_recv_arrays``'s fast path, inline (this is the per-batch call).
+            obs, rewards, done, truncs, env_ids = self._recv_get(self.pool._recv())
+            infos = [{} for _ in range(len(env_ids))]
+            return env_ids, obs, rewards, np.greater(done, truncs), truncs, infos
         obs, rewards, terms, truncs, env_ids, info = self._recv_arrays()
         if self._channels_last:
             obs = self._obs_out(obs)
