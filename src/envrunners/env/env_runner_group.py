@@ -67,9 +67,16 @@ from envrunners.env._runner_state import (
     source_state,
 )
 from envrunners.errors import ConfigError, EnvRunnerError
-from envrunners.utils.actor_manager import FaultTolerantActorManager, RemoteCallResults
+from envrunners.utils.actor_manager import (
+    ActorMethod,
+    FaultTolerantActorManager,
+    RemoteCallResults,
+)
 
 __all__ = ["EnvRunnerGroup"]
+
+#: The runners' method that installs pushed weights (``EnvRunner._install_pushed_weights``).
+_INSTALL_METHOD = ActorMethod("_install_pushed_weights")
 
 logger = logging.getLogger("envrunners")
 
@@ -739,7 +746,12 @@ class EnvRunnerGroup:
             self._broadcast.weights = {RL_MODULE: ref, SEQ_NO: seq_no}
             # The ref is the call's own argument, as in a plain ``actor.f.remote(ref)``:
             # Ray resolves it before the call (no ref pickled inside a dict).
-            func = remote.install_weights
+            # The runner's own method where it has one: no function pickled per call.
+            func = (
+                _INSTALL_METHOD
+                if hasattr(self.env_runner_cls, _INSTALL_METHOD.name)
+                else remote.install_weights
+            )
             kwargs = {"weights": ref, "weights_seq_no": seq_no}
             if global_vars is not None:  # (each argument costs a serialization)
                 kwargs["global_vars"] = global_vars
