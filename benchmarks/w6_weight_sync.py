@@ -15,15 +15,13 @@ alternately in one run, on the same Ray instance and the same weights dict:
 
 The floor is the same transport (one ``ray.put``, the ref as each call's own
 argument, resolved by Ray before the call), but less work, which the target has
-to absorb: per sync the group reads the local runner's weights (views, no copy);
-sends a function through ``apply`` (pickled per call) and keeps the manager's
-bookkeeping (in-flight calls, health, pending pushes), then waits with
+to absorb: per sync the group reads the local runner's weights (views of the
+module's memory, no copy); calls each runner's own install method and keeps the
+manager's bookkeeping (in-flight calls, health, pending pushes), then waits with
 ``ray.wait`` plus one ``ray.get`` per runner; and each runner installs the weights
 into its module (copied below 1 MB, else adopted as copy-on-write views) and
-checks ``weights_seq_no``, where the floor's actor only keeps a reference. A
-runner that copies also lets go of the object, so the driver frees it when it
-drops the previous weights (the floor's actor still holds them, which makes that
-free cheap); the group does that after the push is sent, while the runners work.
+checks ``weights_seq_no``, where the floor's actor only keeps a reference. The
+group lets go of the previous weights once the runners have answered.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from tests.waiting import wait_until
 
 from envrunners.errors import ConfigError
 from envrunners.utils.actor_manager import (
+    ActorMethod,
     CallResult,
     FaultAwareApply,
     FaultTolerantActorManager,
@@ -244,6 +245,23 @@ class TestAsyncCalls:
         assert [r.get() for r in res] == [3] * 4 and {r.tag for r in res} == {"call"}
         with pytest.raises(ValueError, match="tags must be"):
             manager.fetch_ready_async_reqs(tags=5)
+
+    def test_actor_method_calls_the_method_itself(self, manager, shared_actors):
+        """An ``ActorMethod`` is the actor's own method with the kwargs (not ``apply``),
+        also when a coalesced call waits for a free slot."""
+        manager = FaultTolerantActorManager(
+            actors=shared_actors, max_remote_requests_in_flight_per_actor=1
+        )
+        slow = ActorMethod("slow")
+        assert manager.foreach_actor_async(slow, "m", kwargs={"seconds": 0.2}) == 4
+        assert manager.foreach_actor_async(slow, "m", kwargs={"seconds": 0.0}, coalesce=True) == 4
+        assert manager.num_pending_calls("m") == 4
+        res = manager.fetch_ready_async_reqs(tags="m", timeout_seconds=None)
+        assert [r.get() for r in res] == [0.2] * 4
+        res = manager.fetch_ready_async_reqs(tags="m", timeout_seconds=None)
+        assert [r.get() for r in res] == [0.0] * 4
+        res = manager.foreach_actor(call)
+        assert [r.get() for r in res] == [1] * 4  # (``slow`` went to the method, not ``call``)
 
     def test_round_robin_uses_real_ids(self, ray_session):
         cls = ray_session.remote(num_cpus=0)(Actor)

@@ -753,3 +753,26 @@ def test_categorical_draws_per_thread_buffers_do_not_mix():
     for t in threads:
         t.join()
     assert got == expected
+
+
+def test_state_views_of_a_large_module_keep_their_values_on_huge_pages():
+    """``get_state(copy=False)`` moves large entries onto huge pages (where the kernel
+    can): the views and the module keep their values, and the module still trains."""
+    spec = RLModuleSpec(
+        module_class=DefaultTorchRLModule,
+        observation_space=gym.spaces.Box(-1, 1, (4,), np.float32),
+        action_space=gym.spaces.Discrete(2),
+        model_config={"fcnet_hiddens": [1024, 1024]},
+    )
+    module = spec.build()
+    before = module.get_state()
+    views = module.get_state(copy=False)
+    again = module.get_state(copy=False)
+    for name, value in before.items():
+        np.testing.assert_array_equal(views[name], value)
+        np.testing.assert_array_equal(again[name], value)
+    param = next(p for p in module.parameters() if p.numel() >= 1024 * 1024)
+    with torch.no_grad():
+        param.add_(1.0)
+    name = next(n for n, v in views.items() if v.size == param.numel())
+    np.testing.assert_array_equal(views[name], before[name] + 1.0)

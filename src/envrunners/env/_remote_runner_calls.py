@@ -94,9 +94,15 @@ def install_weights(
     ref travels inside a pickled dict (about 50 us less to send, no ``ray.get``
     here). Inside a Ray actor the module adopts copy-on-write views of them
     (``adoptable_state``) instead of copying. Same gating by ``weights_seq_no``
-    and the same errors as ``apply_state``.
+    and the same errors as ``apply_state``. The runner keeps the pushed weights
+    (read-only, the object store's) until the next push.
     """
-    return _set_state(runner, _pushed_state, (weights, weights_seq_no), global_vars)
+    seq_no = _set_state(runner, _pushed_state, (weights, weights_seq_no), global_vars)
+    # Keep the pushed object until the next push (its memory is the store's, never the
+    # module's): the driver's free of it is then cheap, and the store deletes it
+    # later, off both critical paths (~0.05-0.1 ms per sync and runner here).
+    runner._last_pushed_weights = weights
+    return seq_no
 
 
 def _pushed_state(runner: Any, push: tuple[Any, Any]) -> dict:

@@ -34,6 +34,7 @@ from envrunners.core import (
     INPUT_ENV_SPACES,
 )
 from envrunners.env import runner_setup
+from envrunners.env._remote_runner_calls import install_weights
 from envrunners.errors import EnvRunnerError, StepFailedRecreateEnvError
 from envrunners.offline.episode_writer import close_episode_writer, record_episodes
 from envrunners.utils import metrics as M
@@ -542,6 +543,17 @@ class NewStackEnvRunner(EnvRunner):
         """
         with self._weights_lock:
             self._apply_state(state)
+
+    def _install_pushed_weights(
+        self, weights: Any, weights_seq_no: int = 0, global_vars: dict | None = None
+    ) -> int:
+        """Actor method of a weight push (``EnvRunnerGroup.sync_weights``): see
+        ``_remote_runner_calls.install_weights``; returns the runner's seq no.
+
+        A method of its own, so the group calls it directly instead of sending
+        ``install_weights`` through ``apply`` (no function to pickle per call).
+        """
+        return install_weights(self, weights, weights_seq_no, global_vars)
 
     def _apply_state(self, state: dict) -> None:
         if COMPONENT_ENV_TO_MODULE_CONNECTOR in state:

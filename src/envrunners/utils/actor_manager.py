@@ -222,6 +222,19 @@ class CallMethod:
         return f"<method {self.name}>"
 
 
+class ActorMethod:
+    """A call of the actor's own method ``name`` with the call's kwargs, instead of
+    ``apply(func, **kwargs)``: no function is pickled and sent (about 30 us per call)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<actor method {self.name}>"
+
+
 @dataclasses.dataclass
 class ActorState:
     """What the manager knows about one actor."""
@@ -555,7 +568,14 @@ class FaultTolerantActorManager:
     def _fire(self, actor_id: int, func: Any, kw: dict) -> Any:
         """Send one call (after the actor's pending coalesced calls)."""
         self._fire_pending(actor_id)
-        return self._actors[actor_id].apply.remote(func, **kw)
+        return self._submit(actor_id, func, kw)
+
+    def _submit(self, actor_id: int, func: Any, kw: dict) -> Any:
+        """``actor.apply.remote(func, **kw)``, or the actor's own method for an ``ActorMethod``."""
+        actor = self._actors[actor_id]
+        if type(func) is ActorMethod:
+            return getattr(actor, func.name).remote(**kw)
+        return actor.apply.remote(func, **kw)
 
     def _fire_pending(self, actor_id: int, only_free_slots: bool = False) -> None:
         """Send the actor's coalesced calls (all, or those whose tag has a free slot)."""
@@ -568,7 +588,7 @@ class FaultTolerantActorManager:
             ):
                 continue
             func, kw = state.pending.pop(tag)
-            ref = self._actors[actor_id].apply.remote(func, **kw)
+            ref = self._submit(actor_id, func, kw)
             state.num_in_flight_async_requests_by_tag[tag] += 1
             self._in_flight_req_to_actor_id[ref] = (tag, actor_id)
             self._in_flight_sent_at[ref] = time.monotonic()

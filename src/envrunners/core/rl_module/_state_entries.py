@@ -17,24 +17,30 @@ the tensor its owner module holds under that name (which catches deletion,
 idle runner that costs about a quarter of ``from_numpy`` plus
 ``torch._foreach_copy_`` (about 45 us against 180 us for the default module). They
 are checked per call (``data_ptr``) like the acting path's views, and dropped when
-the module's storage is replaced (``drop_numpy_views``).
+the module's storage is replaced (``drop_numpy_views``). ``prefer_huge_pages`` backs
+the large entries of a module whose weights are read for sending with huge pages.
 """
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["numpy_views", "drop_numpy_views", "state_entries"]
+__all__ = ["drop_numpy_views", "numpy_views", "prefer_huge_pages", "state_entries"]
 
 #: Replaced by a new object whenever torch registers a parameter, buffer or module.
 _token: object = object()
 _hooks_installed = False
 _CACHE_ATTR = "_state_entries_cache"
 _VIEWS_ATTR = "_state_views_cache"
+_HUGE_PAGES_ATTR = "_state_huge_pages"
+_HUGE_PAGE = 2 << 20
+_MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25
 _DATA_PTR = torch.Tensor.data_ptr
 
 
@@ -149,3 +155,50 @@ def numpy_views(
 def drop_numpy_views(module: nn.Module) -> None:
     """Forget the numpy views (the module's storage was replaced: they would keep the old)."""
     module.__dict__.pop(_VIEWS_ATTR, None)
+
+
+def prefer_huge_pages(module: nn.Module, targets: tuple[list, list] | None) -> None:
+    """Back the memory of the large entries in ``targets`` (``numpy_views``) with huge
+    pages, once per storage.
+
+    Why: torch allocates parameters on 4 KB pages; a weight sync reads all of them
+    into the object store, and reading from huge pages (which numpy gives large
+    arrays) is about 20% faster here (fewer TLB misses), 0.5 ms per 40 MB.
+    ``MADV_COLLAPSE`` (Linux 6.1+) makes them at once, a one-off 10-100 ms per 40 MB;
+    where it fails nothing changes. Only whole 2 MB pages inside anonymous private
+    mappings (never a file mapping, e.g. adopted object-store pages); contents stay.
+    """
+    if targets is None or not sys.platform.startswith("linux"):
+        return
+    done = module.__dict__.get(_HUGE_PAGES_ATTR)
+    if done is not None and done[0] is targets:
+        return
+    object.__setattr__(module, _HUGE_PAGES_ATTR, _Cache((targets,)))
+    spans = []
+    for _, view in targets[0]:
+        addr = view.__array_interface__["data"][0]
+        lo = -(-addr // _HUGE_PAGE) * _HUGE_PAGE
+        hi = (addr + view.nbytes) // _HUGE_PAGE * _HUGE_PAGE
+        if hi > lo:
+            spans.append((lo, hi))
+    if spans:
+        _collapse(spans)
+
+
+def _collapse(spans: list[tuple[int, int]]) -> None:
+    try:
+        with open("/proc/self/maps") as maps:
+            anonymous = []
+            for line in maps:
+                fields = line.split()
+                if len(fields) == 5 and fields[1].endswith("p") and fields[4] == "0":
+                    lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                    anonymous.append((lo, hi))
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for lo, hi in spans:
+        if any(a <= lo and hi <= b for a, b in anonymous):
+            madvise(lo, hi - lo, _MADV_HUGEPAGE)
+            madvise(lo, hi - lo, _MADV_COLLAPSE)

@@ -33,6 +33,7 @@ from envrunners.core.rl_module._space_codec import space_from_dict, space_to_dic
 from envrunners.core.rl_module._state_entries import (
     drop_numpy_views,
     numpy_views,
+    prefer_huge_pages,
     state_entries,
 )
 from envrunners.errors import ConfigError
@@ -279,6 +280,8 @@ class RLModule(nn.Module):
         targets = numpy_views(self, entries)
         state: StateDict
         if targets is not None:  # all on CPU: the cached views (new array objects of them)
+            if not copy:  # (views are read for sending: large ones read faster from huge pages)
+                prefer_huge_pages(self, targets)
             state = {name: view.copy() if copy else view.view() for name, view in targets[0]}
         else:
             state = {}
