@@ -88,6 +88,14 @@ class _Slot(int):
         return (_Slot, (int(self),))
 
 
+def _dtype_name(dtype: np.dtype) -> str:
+    """``dtype.str``, interned once per dtype (headers repeat it: pickle memoizes it)."""
+    name = _dtype_strs.get(dtype)
+    if name is None:
+        name = _dtype_strs[dtype] = sys.intern(dtype.str)
+    return name
+
+
 def _packable(x: Any) -> bool:
     """Whether ``x`` is a plain numpy array whose bytes are all of its data."""
     return type(x) is np.ndarray and not x.dtype.hasobject and x.dtype.fields is None
@@ -116,10 +124,7 @@ class _Packer:
         return layout
 
     def add(self, array: np.ndarray) -> int:
-        dtype = array.dtype
-        name = _dtype_strs.get(dtype)
-        if name is None:
-            name = _dtype_strs[dtype] = sys.intern(dtype.str)
+        name = _dtype_name(array.dtype)
         offset = self.size
         nbytes = array.nbytes
         self.layout += (name, array.shape, offset)
@@ -130,6 +135,16 @@ class _Packer:
             if pad:
                 self.arrays.append(_PADS[pad])
         return len(self.layout) // 3 - 1
+
+    def add_run(self, arrays: list[np.ndarray]) -> None:
+        """Add ``arrays`` back to back, padded once at the end (no layout entries: the
+        reader slices them by their row counts; see ``_columnar_header``)."""
+        size = sum([a.nbytes for a in arrays])
+        self.arrays += arrays
+        pad = -size % _ALIGN
+        if pad:
+            self.arrays.append(_PADS[pad])
+        self.size += size + pad
 
     def tree(self, data: Any) -> Any:
         """``data`` with its packable leaves replaced by ``_Slot`` markers (exact dicts/tuples)."""
@@ -305,19 +320,10 @@ def _columnar_header(episodes: list[Any], base: type, packer: _Packer) -> tuple[
         arrays = None if template is None else _column_arrays(buffers, template)
         if arrays is None:
             return None
-        dtype = template[0]
-        name = _dtype_strs.get(dtype)
-        if name is None:
-            name = _dtype_strs[dtype] = sys.intern(dtype.str)
-        templates.append((name, *template[1:]))
+        templates.append((_dtype_name(template[0]), *template[1:]))
         rows.append(_shared([len(a) for a in arrays], rows))
         lookbacks.append(_shared([b.lookback for b in buffers], lookbacks))
-        size = sum([a.nbytes for a in arrays])
-        packer.arrays += arrays
-        pad = -size % _ALIGN
-        if pad:
-            packer.arrays.append(_PADS[pad])
-        packer.size += size + pad
+        packer.add_run(arrays)
     infos = [e.infos for e in episodes]
     names, values = _plain_slots(base)
     return (
