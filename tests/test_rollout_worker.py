@@ -125,7 +125,14 @@ def test_basic():
 
 
 def test_batch_ids():
-    worker = mock_worker(lambda _: gym.make("CartPole-v1"), rollout_fragment_length=100)
+    # Seeded: with unseeded resets, an episode spanning the whole second fragment
+    # (one unroll id) happens now and then under random actions.
+    config = AlgorithmConfig().env_runners(rollout_fragment_length=100).debugging(seed=0)
+    worker = RolloutWorker(
+        env_creator=lambda _: gym.make("CartPole-v1"),
+        config=config,
+        default_policy_class=MockPolicy,
+    )
     b1, b2 = worker.sample(), worker.sample()
     ids1, ids2 = set(b1["unroll_id"]), set(b2["unroll_id"])
     assert not ids1 & ids2
