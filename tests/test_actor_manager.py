@@ -246,6 +246,34 @@ class TestAsyncCalls:
         with pytest.raises(ValueError, match="tags must be"):
             manager.fetch_ready_async_reqs(tags=5)
 
+    def test_waiting_fetch_sorts_out_failures_and_late_calls(self, manager):
+        """A fetch that waits takes all results with one get when every call succeeded;
+        an error or a call still running after the timeout falls back to one by one:
+        the error is that actor's result, the late call stays in flight."""
+        manager.foreach_actor_async(ActorMethod("slow"), "w", kwargs=[{"seconds": 0.0}] * 4)
+        res = manager.fetch_ready_async_reqs(tags="w", timeout_seconds=30.0)
+        assert sorted(r.actor_id for r in res) == [0, 1, 2, 3] and all(r.ok for r in res)
+        manager.foreach_actor_async(
+            ActorMethod("slow"), "w", kwargs={"seconds": 0.3}, remote_actor_ids=[0]
+        )
+        manager.foreach_actor_async(ActorMethod("fail"), "w", remote_actor_ids=[1])
+        manager.foreach_actor_async(call, "w", remote_actor_ids=[2])
+        res = manager.fetch_ready_async_reqs(tags="w", timeout_seconds=30.0)
+        by_id = {r.actor_id: r for r in res}
+        assert sorted(by_id) == [0, 1, 2]
+        assert by_id[0].get() == 0.3 and by_id[2].ok
+        assert not by_id[1].ok and "was told to fail" in str(by_id[1].get())
+        assert not manager.is_actor_healthy(1)  # the default fault rule: out of service
+        manager.foreach_actor_async(
+            ActorMethod("slow"), "w", kwargs={"seconds": 2.0}, remote_actor_ids=[3]
+        )
+        manager.foreach_actor_async(call, "w", remote_actor_ids=[0])
+        res = manager.fetch_ready_async_reqs(tags="w", timeout_seconds=0.3)
+        assert [r.actor_id for r in res] == [0]
+        assert manager.num_outstanding_async_reqs("w") == 1
+        res = manager.fetch_ready_async_reqs(tags="w", timeout_seconds=30.0)
+        assert [(r.actor_id, r.get()) for r in res] == [(3, 2.0)]
+
     def test_actor_method_calls_the_method_itself(self, manager, shared_actors):
         """An ``ActorMethod`` is the actor's own method with the kwargs (not ``apply``),
         also when a coalesced call waits for a free slot."""
