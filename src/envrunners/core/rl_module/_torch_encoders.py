@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from envrunners.core.rl_module._frequency_conv import FrequencyConv, frequency_conv_for
 from envrunners.errors import ConfigError
 
 __all__ = [
@@ -215,6 +216,11 @@ class CNN(nn.Module):
     itself rather than through the ``ZeroPad2d`` layer before it (the same numbers;
     torch's CPU conv with its own padding ran the 84x84 filter table's 11x11 layer
     in about 60% of the time); ``convs`` keeps the layers (and state-dict keys).
+
+    Without autograd (acting, value estimates), on CPU float32, a stride-1 layer whose
+    kernel is large for its input (the 84x84 table's 11x11 one) runs as a product in
+    the frequency domain (:class:`FrequencyConv`: equal up to float32 rounding, ~3x
+    faster for that layer at acting batch sizes); training passes use torch's conv.
     """
 
     def __init__(self, image_shape: Sequence[int], conv_filters: Sequence[Any], cfg: dict):
@@ -225,6 +231,8 @@ class CNN(nn.Module):
         #: ``ZeroPad2d`` the forward applies itself, or False for one folded into the
         #: next conv (see :meth:`forward`).
         self._paddings: list[tuple[int, int] | bool | None] = []
+        #: Per layer of ``convs``: its frequency-domain form where that is cheaper.
+        self._frequency: list[FrequencyConv | None] = []
         height, width, channels = (int(d) for d in image_shape)
         for index, spec in enumerate(conv_filters):
             out, (kh, kw), (sh, sw), padding = _parse_filter(spec, index)
@@ -237,11 +245,15 @@ class CNN(nn.Module):
                     layers.append(nn.ZeroPad2d(pads))
                     symmetric = pads[0] == pads[1] and pads[2] == pads[3]
                     self._paddings.append(False if symmetric else None)
+                    self._frequency.append(None)
                     conv_padding = (pads[2], pads[0]) if symmetric else (0, 0)
+                    if not symmetric:  # padded by the layer before: the conv sees more
+                        height, width = height + pads[2] + pads[3], width + pads[0] + pads[1]
             conv = nn.Conv2d(channels, out, (kh, kw), (sh, sw))
             init_layer(conv, cfg, "conv")
             layers.append(conv)
             self._paddings.append(conv_padding)
+            self._frequency.append(frequency_conv_for(conv, conv_padding, (height, width)))
             height, width, channels = shapes[index]
         self.convs = nn.Sequential(*layers)
         self.activation = cfg.get("conv_activation")
@@ -258,11 +270,15 @@ class CNN(nn.Module):
         else:
             x = x.to(torch.float32, memory_format=torch.contiguous_format)
         act = ACTIVATIONS[self.activation]
-        for layer, padding in zip(self.convs, self._paddings):
+        frequency = not torch.is_grad_enabled() and x.device.type == "cpu"
+        for layer, padding, freq in zip(self.convs, self._paddings, self._frequency):
             if padding is None:  # an asymmetric "same" padding
                 x = layer(x)
             elif padding is not False:
-                x = F.conv2d(x, layer.weight, layer.bias, layer.stride, padding)
+                if frequency and freq is not None and freq.applies(x):
+                    x = freq(x)
+                else:
+                    x = F.conv2d(x, layer.weight, layer.bias, layer.stride, padding)
                 if act is not None:
                     x = act(x)
         return x.flatten(1)

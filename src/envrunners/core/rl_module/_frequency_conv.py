@@ -1,0 +1,196 @@
+"""Stride-1 convolutions with large kernels, run as products in the frequency domain.
+
+Why: RLlib's default filter table for 84x84 frames ends in a 256-channel 11x11 conv
+with "same" padding over an 11x11 input. That one layer is ~120M multiply-adds per
+frame, 95% of the CNN, and most of them multiply padding zeros; torch runs it near
+this CPU's peak and still acts on only ~650 frames/s on one core. Transformed to the
+frequency domain (a discrete Fourier transform of size ``H + pad`` per axis, big
+enough that the circular product equals the zero-padded one on every output), the
+layer becomes one small complex matrix product per frequency: ~15M multiply-adds.
+
+The transforms are plain matrix products with precomputed DFT matrices (no FFT call:
+the sizes are small and odd), so the whole layer is three BLAS calls and two copies.
+The results equal the direct convolution up to float32 rounding (about 1e-6
+relative); they are not bitwise the same, which is why only acting (no autograd)
+uses this path and the learner's gradients go through torch's own conv.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["FrequencyConv", "frequency_conv_for"]
+
+#: Use the frequency form only when it needs at most this fraction of the direct
+#: form's multiply-adds: its products stream a larger weight array (memory-bound
+#: at acting batch sizes), and it pays two layout copies.
+MAX_COST_FRACTION = 0.25
+#: ... and only if its frequency-domain weights stay below this many bytes.
+MAX_WEIGHT_BYTES = 64 * 2**20
+
+
+def _transform_size(size: int, padding: int) -> int:
+    """The DFT length along one axis: the smallest whose circular product has no wrapped
+    term on any output (the full linear convolution spans ``size + kernel - 1``)."""
+    return size + padding
+
+
+def _costs(
+    in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int], padding, cin, cout
+):
+    """``(direct multiply-adds, frequency multiply-adds, frequency weight bytes)`` per image."""
+    n_h = _transform_size(in_hw[0], padding[0])
+    n_w = _transform_size(in_hw[1], padding[1])
+    freqs = n_h * (n_w // 2 + 1)
+    direct = out_hw[0] * out_hw[1] * cin * cout * kernel[0] * kernel[1]
+    frequency = (
+        cin * in_hw[0] * in_hw[1] * 2 * freqs  # forward transform
+        + freqs * 4 * cin * cout  # the per-frequency complex products
+        + cout * 2 * freqs * out_hw[0] * out_hw[1]  # inverse transform
+    )
+    return direct, frequency, freqs * 4 * cin * cout * 4
+
+
+def frequency_conv_for(
+    conv: torch.nn.Conv2d, padding: tuple[int, int], in_hw: tuple[int, int]
+) -> FrequencyConv | None:
+    """A :class:`FrequencyConv` for ``conv`` (run with ``padding`` on ``in_hw`` inputs)
+    when the frequency form is much cheaper on the CPU, else None (strides, dilations,
+    groups, small kernels, large images: the direct conv stays)."""
+    if (
+        tuple(conv.stride) != (1, 1)
+        or tuple(conv.dilation) != (1, 1)
+        or conv.groups != 1
+        or conv.weight.device.type != "cpu"
+        or conv.weight.dtype != torch.float32
+        or conv.padding_mode != "zeros"
+    ):
+        return None
+    kh, kw = conv.kernel_size
+    ph, pw = padding
+    out_hw = (in_hw[0] + 2 * ph - kh + 1, in_hw[1] + 2 * pw - kw + 1)
+    if min(out_hw) < 1 or max(ph, pw) >= max(kh, kw):
+        return None
+    direct, frequency, weight_bytes = _costs(
+        in_hw, out_hw, (kh, kw), (ph, pw), conv.in_channels, conv.out_channels
+    )
+    if frequency > MAX_COST_FRACTION * direct or weight_bytes > MAX_WEIGHT_BYTES:
+        return None
+    return FrequencyConv(conv, (ph, pw), in_hw)
+
+
+class FrequencyConv:
+    """``F.conv2d(x, conv.weight, conv.bias, 1, padding)`` for ``(B, C, H, W)`` float32 CPU
+    inputs without autograd, computed in the frequency domain.
+
+    The transformed kernel is cached and rebuilt whenever the conv's weight differs
+    from the copy it was built from (compared in full each call, about 0.1 ms for the
+    11x11 layer: every way of changing the weights is seen, ``.data`` and numpy writes
+    included). The bias is read live.
+    """
+
+    def __init__(self, conv: torch.nn.Conv2d, padding: tuple[int, int], in_hw: tuple[int, int]):
+        self.conv = conv
+        kh, kw = conv.kernel_size
+        h, w = in_hw
+        ph, pw = padding
+        self.in_hw = in_hw
+        self.out_hw = (h + 2 * ph - kh + 1, w + 2 * pw - kw + 1)
+        n_h, n_w = _transform_size(h, ph), _transform_size(w, pw)
+        half = n_w // 2 + 1
+        self.num_freqs = n_h * half
+        # Forward DFT of an (H, W) image: full along H, half spectrum along W.
+        f_h = np.exp(-2j * np.pi * np.outer(np.arange(n_h), np.arange(h)) / n_h)
+        f_w = np.exp(-2j * np.pi * np.outer(np.arange(half), np.arange(w)) / n_w)
+        forward = np.einsum("kp,lq->pqkl", f_h, f_w).reshape(h * w, self.num_freqs)
+        self.forward_dft = np.concatenate([forward.real, forward.imag], 1).astype(np.float32)
+        # Kernel transform matrices: correlation = convolution with the flipped kernel.
+        self._g_h = np.exp(-2j * np.pi * np.outer(np.arange(n_h), np.arange(kh)) / n_h)
+        self._g_w = np.exp(-2j * np.pi * np.outer(np.arange(half), np.arange(kw)) / n_w)
+        # Inverse onto the outputs (full linear-convolution index = output + kernel - 1 -
+        # padding); along W the half spectrum stands for its conjugate mirror.
+        rows = np.arange(self.out_hw[0]) + kh - 1 - ph
+        cols = np.arange(self.out_hw[1]) + kw - 1 - pw
+        i_h = np.exp(2j * np.pi * np.outer(rows, np.arange(n_h)) / n_h) / n_h
+        weights = np.full(half, 2.0)
+        weights[0] = 1.0
+        if n_w % 2 == 0:
+            weights[-1] = 1.0
+        i_w = np.exp(2j * np.pi * np.outer(cols, np.arange(half)) / n_w) * weights / n_w
+        inverse = np.einsum("ik,jl->klij", i_h, i_w).reshape(self.num_freqs, -1)
+        # Rows (frequency, real/imaginary part), matching the product's output layout.
+        self.inverse_dft = (
+            np.stack([inverse.real, -inverse.imag], 1)
+            .reshape(2 * self.num_freqs, -1)
+            .astype(np.float32)
+        )
+        #: ``(the weight it was built from, the kernel (freqs, 2 Cout, 2 Cin))``, one
+        #: attribute so that a thread never sees one without the other.
+        self._cache: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_cache"] = None  # rebuilt on first use: not shipped with the module
+        return state
+
+    def applies(self, x: torch.Tensor) -> bool:
+        """Whether this form can run ``x`` (CPU float32 input and weights, the built size)."""
+        weight = self.conv.weight
+        return (
+            x.dtype == torch.float32
+            and weight.dtype == torch.float32
+            and weight.device.type == "cpu"
+            and x.dim() == 4
+            and tuple(x.shape[2:]) == self.in_hw
+        )
+
+    def _current_kernel(self) -> np.ndarray:
+        weight = self.conv.weight.detach().numpy()
+        cache = self._cache
+        if cache is None or not _same_bits(weight, cache[0]):
+            source = weight.copy()
+            cache = self._cache = (source, self._transform(source))
+        return cache[1]
+
+    def _transform(self, weight: np.ndarray) -> np.ndarray:
+        cout, cin = weight.shape[:2]
+        flipped = weight[:, :, ::-1, ::-1].astype(np.float64)
+        along_w = flipped @ self._g_w.T  # (Cout, Cin, kh, half)
+        spectrum = self._g_h @ along_w  # (Cout, Cin, n_h, half)
+        spectrum = spectrum.reshape(cout, cin, self.num_freqs).transpose(2, 0, 1)
+        re, im = spectrum.real, spectrum.imag
+        # [[Re, -Im], [Im, Re]]: one real product per frequency gives both parts.
+        top = np.concatenate([re, -im], 2)
+        bottom = np.concatenate([im, re], 2)
+        return np.ascontiguousarray(np.concatenate([top, bottom], 1), dtype=np.float32)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        kernel = self._current_kernel()
+        batch, cin = x.shape[0], x.shape[1]
+        cout = kernel.shape[1] // 2
+        freqs = self.num_freqs
+        images = x.detach().contiguous().numpy().reshape(batch * cin, -1)
+        spectra = images @ self.forward_dft  # (B Cin, [re | im] x freqs)
+        # (freqs, [re; im] x Cin, B): the product then has the wide side (2 Cout) first,
+        # the orientation BLAS runs fastest at a few images.
+        spectra = np.ascontiguousarray(
+            spectra.reshape(batch, cin, 2, freqs).transpose(3, 2, 1, 0)
+        ).reshape(freqs, 2 * cin, batch)
+        products = np.matmul(kernel, spectra)  # (freqs, [re; im] x Cout, B)
+        out = products.reshape(2 * freqs, cout * batch).T @ self.inverse_dft  # (Cout B, HW)
+        out = out.reshape(cout, batch, -1).transpose(1, 0, 2)
+        result = torch.from_numpy(np.ascontiguousarray(out)).view(batch, cout, *self.out_hw)
+        if self.conv.bias is not None:
+            result += self.conv.bias.detach().view(1, cout, 1, 1)
+        return result
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two float32 arrays of one shape hold the same bits (a NaN equals itself),
+    compared 8 bytes at a time where the size allows (30% faster)."""
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    as_type = np.uint64 if flat_a.size % 2 == 0 else np.uint32
+    return bool(np.array_equal(flat_a.view(as_type), flat_b.view(as_type)))
