@@ -23,6 +23,7 @@ def _direct(conv: torch.nn.Conv2d, x: torch.Tensor, padding) -> torch.Tensor:
     [
         (32, 256, 11, (11, 11), (5, 5), 4),  # the 84x84 table's last layer
         (3, 8, 7, (9, 9), (3, 3), 1),
+        (3, 8, 7, (9, 9), (3, 3), 150),  # in chunks of 64
         (4, 6, 5, (10, 10), (0, 0), 5),  # "valid"
         (2, 3, (5, 3), (7, 9), (2, 1), 3),  # non-square kernel, image and padding
         (5, 4, 6, (8, 8), (2, 2), 2),  # even kernel: an output fewer than the input

@@ -30,6 +30,8 @@ __all__ = ["FrequencyConv", "frequency_conv_for"]
 MAX_COST_FRACTION = 0.25
 #: ... and only if its frequency-domain weights stay below this many bytes.
 MAX_WEIGHT_BYTES = 64 * 2**20
+#: Images per pass through the products (bounds their temporaries).
+CHUNK = 64
 
 
 def _transform_size(size: int, padding: int) -> int:
@@ -167,13 +169,12 @@ class FrequencyConv:
         bottom = np.concatenate([im, re], 2)
         return np.ascontiguousarray(np.concatenate([top, bottom], 1), dtype=np.float32)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        kernel = self._current_kernel()
-        batch, cin = x.shape[0], x.shape[1]
+    def _run(self, kernel: np.ndarray, images: np.ndarray) -> np.ndarray:
+        """The layer (no bias) for ``(B, Cin, H, W)`` float32 images: ``(B, Cout, H', W')``."""
+        batch, cin = images.shape[:2]
         cout = kernel.shape[1] // 2
         freqs = self.num_freqs
-        images = x.detach().contiguous().numpy().reshape(batch * cin, -1)
-        spectra = images @ self.forward_dft  # (B Cin, [re | im] x freqs)
+        spectra = images.reshape(batch * cin, -1) @ self.forward_dft  # (B Cin, [re | im] x freqs)
         # (freqs, [re; im] x Cin, B): the product then has the wide side (2 Cout) first,
         # the orientation BLAS runs fastest at a few images.
         spectra = np.ascontiguousarray(
@@ -181,8 +182,20 @@ class FrequencyConv:
         ).reshape(freqs, 2 * cin, batch)
         products = np.matmul(kernel, spectra)  # (freqs, [re; im] x Cout, B)
         out = products.reshape(2 * freqs, cout * batch).T @ self.inverse_dft  # (Cout B, HW)
-        out = out.reshape(cout, batch, -1).transpose(1, 0, 2)
-        result = torch.from_numpy(np.ascontiguousarray(out)).view(batch, cout, *self.out_hw)
+        return out.reshape(cout, batch, *self.out_hw).transpose(1, 0, 2, 3)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        kernel = self._current_kernel()
+        batch = x.shape[0]
+        cout = kernel.shape[1] // 2
+        images = x.detach().contiguous().numpy()
+        out = np.empty((batch, cout, *self.out_hw), np.float32)
+        # Large batches (a learner's value pass) in chunks: the products' temporaries
+        # grow with the batch (~0.4 MB per image for the 11x11 layer).
+        for start in range(0, batch, CHUNK):
+            stop = min(start + CHUNK, batch)
+            out[start:stop] = self._run(kernel, images[start:stop])
+        result = torch.from_numpy(out)
         if self.conv.bias is not None:
             result += self.conv.bias.detach().view(1, cout, 1, 1)
         return result
