@@ -110,6 +110,18 @@ def test_cnn_acts_in_the_frequency_domain_and_trains_through_torch():
     assert cnn.convs[-1].weight.grad is not None
 
 
+def test_tracing_keeps_torch_convs():
+    """A traced CNN (``torch.jit.trace``, ONNX export) records torch's convs, not numpy."""
+    torch.manual_seed(4)
+    cnn = CNN((84, 84, 4), default_conv_filters((84, 84, 4)), {"conv_activation": "relu"})
+    frames = torch.randint(0, 256, (2, 84, 84, 4), dtype=torch.uint8)
+    with torch.no_grad():
+        traced = torch.jit.trace(cnn, frames)
+        other = torch.randint(0, 256, (2, 84, 84, 4), dtype=torch.uint8)
+        np.testing.assert_allclose(traced(other).numpy(), cnn(other).numpy(), atol=1e-5)
+    assert "conv" in str(traced.graph).lower() and "numpy" not in str(traced.graph)
+
+
 def test_pickle_and_deepcopy_leave_the_cache_behind():
     torch.manual_seed(3)
     cnn = CNN((84, 84, 4), default_conv_filters((84, 84, 4)), {"conv_activation": "relu"})

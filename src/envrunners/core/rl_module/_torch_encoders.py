@@ -270,7 +270,12 @@ class CNN(nn.Module):
         else:
             x = x.to(torch.float32, memory_format=torch.contiguous_format)
         act = ACTIVATIONS[self.activation]
-        frequency = not torch.is_grad_enabled() and x.device.type == "cpu"
+        frequency = (  # (numpy inside: not while torch traces or compiles the graph)
+            not torch.is_grad_enabled()
+            and x.device.type == "cpu"
+            and not torch.jit.is_tracing()
+            and not torch.compiler.is_compiling()
+        )
         for layer, padding, freq in zip(self.convs, self._paddings, self._frequency):
             if padding is None:  # an asymmetric "same" padding
                 x = layer(x)
