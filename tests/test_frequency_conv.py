@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from envrunners.core.rl_module import _frequency_conv as fc_module
 from envrunners.core.rl_module._frequency_conv import FrequencyConv, frequency_conv_for
 from envrunners.core.rl_module._torch_encoders import CNN, default_conv_filters
 
@@ -55,33 +56,61 @@ def test_cost_model_picks_only_large_kernels():
 
 
 @pytest.mark.parametrize(
-    "change",
-    ["torch_in_place", "data_write", "numpy_write", "load_state_dict", "new_parameter"],
+    "change", ["torch_in_place", "load_state_dict", "new_parameter", "module_set_state"]
 )
-def test_weight_changes_are_seen(change):
-    """The cached transformed kernel follows every way the weights can change, also
-    writes that torch's version counter does not see (``.data``, numpy views)."""
+def test_weight_changes_are_seen_at_once(change):
+    """A change torch counts (or new storage, or a module's ``set_state``, whose numpy
+    copies bump the version) rebuilds the cached kernel on the next call."""
     torch.manual_seed(1)
+    cnn = CNN((42, 42, 4), default_conv_filters((42, 42, 4)), {"conv_activation": "relu"})
+    conv, freq = cnn.convs[-1], cnn._frequency[-1]
+    x = torch.randn(2, 32, 11, 11)
+    with torch.no_grad():
+        freq(x)  # builds the cache
+        new = 0.02 * torch.randn_like(conv.weight)  # (about an initializer's scale)
+        if change == "torch_in_place":
+            conv.weight.mul_(-2.0)
+        elif change == "load_state_dict":
+            conv.load_state_dict({"weight": new, "bias": conv.bias})
+        elif change == "new_parameter":
+            conv.weight = torch.nn.Parameter(new)
+        else:
+            state = {k: v.numpy().copy() for k, v in cnn.state_dict().items()}
+            state["convs.5.weight"] = new.numpy()
+            _set_state_like_a_module(cnn, state)
+        conv.bias.add_(0.5)  # the bias is read live
+        np.testing.assert_allclose(
+            freq(x).numpy(), _direct(conv, x, (5, 5)).numpy(), atol=2e-5, rtol=0
+        )
+
+
+def _set_state_like_a_module(module: torch.nn.Module, state: dict) -> None:
+    """What ``RLModule.set_state`` does with numpy state: copy in place, bump versions."""
+    params = dict(module.named_parameters())
+    for name, value in state.items():
+        np.copyto(params[name].detach().numpy(), value)
+    torch.autograd.graph.increment_version(list(params.values()))
+
+
+@pytest.mark.parametrize("change", ["data_write", "numpy_write"])
+def test_writes_torch_does_not_count_are_found_within_the_full_check(change, caplog):
+    """``.data`` and numpy writes leave torch's version counter alone: the periodic
+    bitwise comparison finds them (within ``FULL_CHECK_EVERY`` calls) and warns once."""
+    torch.manual_seed(5)
     conv = torch.nn.Conv2d(8, 16, 7)
     freq = FrequencyConv(conv, (3, 3), (7, 7))
     x = torch.randn(2, 8, 7, 7)
     with torch.no_grad():
-        freq(x)  # builds the cache
-        new = 0.1 * torch.randn_like(conv.weight)  # (an initializer's scale)
-        if change == "torch_in_place":
-            conv.weight.mul_(-2.0)
-        elif change == "data_write":
-            conv.weight.data.copy_(new)
-        elif change == "numpy_write":
-            conv.weight.detach().numpy()[0, 0, 0, 0] += 1.0  # one entry only
-        elif change == "load_state_dict":
-            conv.load_state_dict({"weight": new, "bias": conv.bias})
+        freq(x)
+        if change == "data_write":
+            conv.weight.data.copy_(0.1 * torch.randn_like(conv.weight))
         else:
-            conv.weight = torch.nn.Parameter(new)
-        conv.bias.add_(0.5)  # the bias is read live
-        np.testing.assert_allclose(
-            freq(x).numpy(), _direct(conv, x, (3, 3)).numpy(), atol=2e-5, rtol=0
-        )
+            conv.weight.detach().numpy()[0, 0, 0, 0] += 1.0  # one entry only
+        expected = _direct(conv, x, (3, 3)).numpy()
+        with caplog.at_level("WARNING", logger="envrunners"):
+            outs = [freq(x).numpy() for _ in range(fc_module.FULL_CHECK_EVERY)]
+    np.testing.assert_allclose(outs[-1], expected, atol=2e-5, rtol=0)
+    assert sum("without torch counting the write" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_cnn_acts_in_the_frequency_domain_and_trains_through_torch():
@@ -134,3 +163,33 @@ def test_pickle_and_deepcopy_leave_the_cache_behind():
         assert freq._cache is None and freq.conv is clone.convs[-1]
         with torch.no_grad():
             np.testing.assert_allclose(clone(frames).numpy(), expected.numpy(), atol=1e-6)
+
+
+def test_default_module_acts_with_new_weights_after_set_state():
+    """The default module on 84x84x4 frames acts through the frequency form, and after
+    ``set_state`` (numpy weights, as a weight sync brings them) with the new weights."""
+    import gymnasium as gym
+
+    from envrunners.core.columns import Columns
+    from envrunners.core.rl_module.default_torch_rl_module import DefaultTorchRLModule
+
+    def module(seed):
+        torch.manual_seed(seed)
+        return DefaultTorchRLModule(
+            observation_space=gym.spaces.Box(0, 255, (84, 84, 4), np.uint8),
+            action_space=gym.spaces.Discrete(6),
+            model_config={},
+        )
+
+    acting, other = module(0), module(1)
+    frames = np.random.default_rng(0).integers(0, 256, (4, 84, 84, 4), dtype=np.uint8)
+
+    def torch_logits(m):  # torch's convs: autograd on
+        return m.pi(m.encoder(torch.from_numpy(frames))).detach().numpy()
+
+    first = acting.compute_actions_numpy(frames, explore=False)[Columns.ACTION_DIST_INPUTS]
+    np.testing.assert_allclose(first, torch_logits(acting), atol=1e-4, rtol=1e-4)
+    acting.set_state({k: v.numpy().copy() for k, v in other.state_dict().items()})
+    second = acting.compute_actions_numpy(frames, explore=False)[Columns.ACTION_DIST_INPUTS]
+    np.testing.assert_allclose(second, torch_logits(other), atol=1e-4, rtol=1e-4)
+    assert not np.allclose(first, second, atol=1e-3)
