@@ -2,7 +2,7 @@
 
 Why: RLlib's default filter table for 84x84 frames ends in a 256-channel 11x11 conv
 with "same" padding over an 11x11 input. That one layer is ~120M multiply-adds per
-frame, 95% of the CNN, and most of them multiply padding zeros; torch runs it near
+frame, 95% of the CNN, and 43% of them multiply padding zeros; torch runs it near
 this CPU's peak and still acts on only ~650 frames/s on one core. Transformed to the
 frequency domain (a discrete Fourier transform of size ``H + pad`` per axis, big
 enough that the circular product equals the zero-padded one on every output), the
@@ -48,8 +48,13 @@ def _transform_size(size: int, padding: int) -> int:
 
 
 def _costs(
-    in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int], padding, cin, cout
-):
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    padding: tuple[int, int],
+    cin: int,
+    cout: int,
+) -> tuple[int, int, int]:
     """``(direct multiply-adds, frequency multiply-adds, frequency weight bytes)`` per image."""
     n_h = _transform_size(in_hw[0], padding[0])
     n_w = _transform_size(in_hw[1], padding[1])
@@ -81,7 +86,7 @@ def frequency_conv_for(
     kh, kw = conv.kernel_size
     ph, pw = padding
     out_hw = (in_hw[0] + 2 * ph - kh + 1, in_hw[1] + 2 * pw - kw + 1)
-    if min(out_hw) < 1 or max(ph, pw) >= max(kh, kw):
+    if min(out_hw) < 1 or ph >= kh or pw >= kw:  # (rows of padding alone: never worth it)
         return None
     direct, frequency, weight_bytes = _costs(
         in_hw, out_hw, (kh, kw), (ph, pw), conv.in_channels, conv.out_channels
@@ -95,10 +100,9 @@ class FrequencyConv:
     """``F.conv2d(x, conv.weight, conv.bias, 1, padding)`` for ``(B, C, H, W)`` float32 CPU
     inputs without autograd, computed in the frequency domain.
 
-    The transformed kernel is cached and rebuilt whenever the conv's weight differs
-    from the copy it was built from (compared in full each call, about 0.1 ms for the
-    11x11 layer: every way of changing the weights is seen, ``.data`` and numpy writes
-    included). The bias is read live.
+    The transformed kernel is cached and rebuilt when the conv's weight changes (see
+    :meth:`_current_kernel`); the bias is read live. ``padding`` is the conv's own zero
+    padding per axis (symmetric, as ``F.conv2d`` takes it).
     """
 
     def __init__(self, conv: torch.nn.Conv2d, padding: tuple[int, int], in_hw: tuple[int, int]):
