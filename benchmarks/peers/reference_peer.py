@@ -2,14 +2,24 @@
 
 What the envs themselves allow on this host (no collector acting with a policy on the
 same core can beat it): gymnasium ``SyncVectorEnv`` and a synchronous EnvPool pool.
+And the in-process bound (``bound_in_process``): envrunners' own sub-env loop
+(``FastSyncVectorEnv``) driven by PPO's default module's acting call
+(``compute_actions_numpy``, explore) and nothing else: no episodes, no buffers, no
+sampler. A runner that steps its envs in its own process does all of that work and
+more, so this is the ceiling for the default backend (autoreset steps count as steps,
+as in the other references).
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
+import numpy as np
+from threadpoolctl import threadpool_limits
 from workloads import Workload, env_fns, env_only, median_rate, record
 
+from envrunners.core.rl_module.default_torch_rl_module import DefaultTorchRLModule
 from envrunners.env.vector.envpool_vector_env import EnvPoolVectorEnv
+from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 
 
 def run(workload: Workload, repeats: int):
@@ -27,3 +37,34 @@ def run(workload: Workload, repeats: int):
     yield record(
         workload, "reference", "env_only_envpool", "no policy, raw pool.step, sync", **stats
     )
+    yield record(
+        workload,
+        "reference",
+        "bound_in_process",
+        "FastSyncVectorEnv + the default module's compute_actions_numpy, nothing else",
+        **median_rate(_bound_in_process(workload), repeats),
+    )
+
+
+def _bound_in_process(workload: Workload):
+    """The loop of ``bound_in_process`` (see the module docstring)."""
+    env = FastSyncVectorEnv(env_fns(workload))
+    obs, _ = env.reset(seed=0)
+    module = DefaultTorchRLModule(
+        observation_space=env.single_observation_space,
+        action_space=env.single_action_space,
+        model_config={},
+        inference_only=True,
+    )
+    state = [np.asarray(obs)]
+
+    def run() -> int:
+        obs = state[0]
+        with threadpool_limits(limits=1, user_api="blas"):  # one thread, as a runner acts
+            for _ in range(workload.vector_steps):
+                actions = module.compute_actions_numpy(obs, explore=True)["actions"]
+                obs = env.step(actions)[0]
+        state[0] = obs
+        return workload.vector_steps * workload.num_envs
+
+    return run
