@@ -247,9 +247,8 @@ class TestAsyncCalls:
             manager.fetch_ready_async_reqs(tags=5)
 
     def test_waiting_fetch_sorts_out_failures_and_late_calls(self, manager):
-        """A fetch that waits takes all results with one get when every call succeeded;
-        an error or a call still running after the timeout falls back to one by one:
-        the error is that actor's result, the late call stays in flight."""
+        """A fetch that waits returns every call's result once all are done; an error is
+        that actor's result, and a call still running at the timeout stays in flight."""
         manager.foreach_actor_async(ActorMethod("slow"), "w", kwargs=[{"seconds": 0.0}] * 4)
         res = manager.fetch_ready_async_reqs(tags="w", timeout_seconds=30.0)
         assert sorted(r.actor_id for r in res) == [0, 1, 2, 3] and all(r.ok for r in res)

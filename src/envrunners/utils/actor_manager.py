@@ -319,23 +319,6 @@ def _tag_matcher(tags: Any) -> Callable[[Any], bool]:
     return match
 
 
-def _get_all(refs: list[Any], timeout: float | None) -> dict[Any, Any] | None:
-    """``{ref: value}`` once every ref is done (one ``ray.get`` of the list, as a plain
-    Ray caller waits); None if one failed or the timeout passed first (the caller then
-    sorts them out one by one with ``ray.wait``). Why: ``ray.wait`` plus a ``ray.get``
-    per call cost a weight push to 2 runners ~0.04 ms more of the driver's CPU (4%
-    of its share of a sync, 1% of the sync's wall time) than this one get.
-    """
-    import ray
-    from ray.exceptions import RayError
-
-    try:
-        values = ray.get(refs, timeout=timeout)
-    except RayError:  # (a GetTimeoutError is one too)
-        return None
-    return dict(zip(refs, values))
-
-
 def _default_is_fault(error: BaseException) -> bool:
     from ray.exceptions import RayError
 
@@ -616,10 +599,8 @@ class FaultTolerantActorManager:
         meta: dict[Any, tuple[str | None, int]],
         return_obj_refs: bool,
         mark_healthy: bool,
-        values: dict[Any, Any] | None = None,
     ) -> RemoteCallResults:
-        """Turn ready refs into results and update health (``meta``: ref → (tag, id);
-        ``values``: the refs' values where they were already fetched)."""
+        """Turn ready refs into results and update health (``meta``: ref → (tag, id))."""
         import ray
         from ray.exceptions import RayError
 
@@ -630,7 +611,7 @@ class FaultTolerantActorManager:
                 results.add_result(actor_id, ResultOrError(result=ref), tag)
                 continue
             try:
-                value = values[ref] if values is not None else ray.get(ref)
+                value = ray.get(ref)
             except RayError as err:
                 label = f"{self.actor_label} {actor_id}"
                 results.add_result(
@@ -950,15 +931,7 @@ class FaultTolerantActorManager:
         ready: list[Any] = []
         waiting = list(meta)
         deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
-        values = None
-        if not return_obj_refs and (request_timeout_s is None or request_timeout_s <= 0):
-            if timeout_seconds is None or timeout_seconds > 0:
-                values = _get_all(waiting, timeout_seconds)
-                if values is not None:  # all done: no ``ray.wait`` plus a get per call
-                    ready, waiting = waiting, []
-                    for ref in ready:
-                        self._take_in_flight(ref)
-        while waiting:
+        while True:
             now = time.monotonic()
             left = None if deadline is None else max(0.0, deadline - now)
             expiry = self._next_expiry(request_timeout_s, match)
@@ -982,7 +955,7 @@ class FaultTolerantActorManager:
         touched = {meta[ref][1] for ref in ready}
         ready_set = set(ready)
         results = self._collect(
-            [r for r in meta if r in ready_set], meta, return_obj_refs, mark_healthy, values
+            [r for r in meta if r in ready_set], meta, return_obj_refs, mark_healthy
         )
         for actor_id in touched:
             state = self._remote_actor_states.get(actor_id)
