@@ -46,6 +46,7 @@ def _policy_kwargs(workload: Workload) -> tuple[str, dict]:
 
 def run(workload: Workload, repeats: int):
     sb3 = _import()
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     policy, kwargs = _policy_kwargs(workload)
@@ -60,6 +61,9 @@ def run(workload: Workload, repeats: int):
         seed=0,
         verbose=0,
     )
+    # A logger with no outputs: SB3's default (verbose=0) makes a /tmp/SB3-<time> folder
+    # per run that nothing writes to and nothing removes.
+    model.set_logger(Logger(folder=None, output_formats=[]))
     _, callback = model._setup_learn(total_timesteps=10**9)
 
     def once() -> int:
