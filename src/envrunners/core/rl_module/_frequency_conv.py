@@ -9,7 +9,12 @@ enough that the circular product equals the zero-padded one on every output), th
 layer becomes one small complex matrix product per frequency: ~15M multiply-adds.
 
 The transforms are plain matrix products with precomputed DFT matrices (no FFT call:
-the sizes are small and odd), so the whole layer is three BLAS calls and two copies.
+the sizes are small and odd): a dense forward transform (the inputs are small), the
+per-frequency products, and a separable inverse (along H, then W) that writes the
+``(B, Cout, H', W')`` output directly. The products take the spectra on the left,
+so the kernel is stored once per frequency as ``[Re; Im]`` (half the bytes of the
+``[[Re, -Im], [Im, Re]]`` block form, which the products stream from memory at
+acting batch sizes) and the small spectra carry the complex structure instead.
 The results equal the direct convolution up to float32 rounding (about 1e-6
 relative); they are not bitwise the same, which is why only acting (no autograd)
 uses this path and the learner's gradients go through torch's own conv.
@@ -63,9 +68,10 @@ def _costs(
     frequency = (
         cin * in_hw[0] * in_hw[1] * 2 * freqs  # forward transform
         + freqs * 4 * cin * cout  # the per-frequency complex products
-        + cout * 2 * freqs * out_hw[0] * out_hw[1]  # inverse transform
+        + cout * (n_w // 2 + 1) * 2 * out_hw[0] * 2 * n_h  # inverse along H
+        + cout * out_hw[0] * out_hw[1] * 2 * (n_w // 2 + 1)  # inverse along W
     )
-    return direct, frequency, freqs * 4 * cin * cout * 4
+    return direct, frequency, freqs * 2 * cin * cout * 4
 
 
 def frequency_conv_for(
@@ -114,34 +120,42 @@ class FrequencyConv:
         self.out_hw = (h + 2 * ph - kh + 1, w + 2 * pw - kw + 1)
         n_h, n_w = _transform_size(h, ph), _transform_size(w, pw)
         half = n_w // 2 + 1
+        self._n_h, self._half = n_h, half
         self.num_freqs = n_h * half
-        # Forward DFT of an (H, W) image: full along H, half spectrum along W.
+        # Forward DFT of an (H, W) image: full along H, half spectrum along W. Rows
+        # ([re | im], frequency (w, h)), so that ``forward_dft @ images.T`` has the
+        # parts and frequencies first (the products' batch axis) and images last.
         f_h = np.exp(-2j * np.pi * np.outer(np.arange(n_h), np.arange(h)) / n_h)
         f_w = np.exp(-2j * np.pi * np.outer(np.arange(half), np.arange(w)) / n_w)
-        forward = np.einsum("kp,lq->pqkl", f_h, f_w).reshape(h * w, self.num_freqs)
-        self.forward_dft = np.concatenate([forward.real, forward.imag], 1).astype(np.float32)
+        forward = np.einsum("kp,lq->lkpq", f_h, f_w).reshape(self.num_freqs, h * w)
+        self.forward_dft = np.concatenate([forward.real, forward.imag], 0).astype(np.float32)
         # Kernel transform matrices: correlation = convolution with the flipped kernel.
         self._g_h = np.exp(-2j * np.pi * np.outer(np.arange(n_h), np.arange(kh)) / n_h)
         self._g_w = np.exp(-2j * np.pi * np.outer(np.arange(half), np.arange(kw)) / n_w)
         # Inverse onto the outputs (full linear-convolution index = output + kernel - 1 -
-        # padding); along W the half spectrum stands for its conjugate mirror.
+        # padding), separable: along H a complex product, as one real matrix from rows
+        # (frequency h, [re, im]) to rows ([re, im], output row); then along W, where the
+        # half spectrum stands for its conjugate mirror, the real part onto the output
+        # columns from rows (frequency w, [re, im]).
         rows = np.arange(self.out_hw[0]) + kh - 1 - ph
         cols = np.arange(self.out_hw[1]) + kw - 1 - pw
         i_h = np.exp(2j * np.pi * np.outer(rows, np.arange(n_h)) / n_h) / n_h
+        along_h = np.empty((2, self.out_hw[0], n_h, 2))
+        along_h[0, :, :, 0], along_h[0, :, :, 1] = i_h.real, -i_h.imag
+        along_h[1, :, :, 0], along_h[1, :, :, 1] = i_h.imag, i_h.real
+        self.inverse_h = along_h.reshape(2 * self.out_hw[0], 2 * n_h).astype(np.float32)
         weights = np.full(half, 2.0)
         weights[0] = 1.0
         if n_w % 2 == 0:
             weights[-1] = 1.0
         i_w = np.exp(2j * np.pi * np.outer(cols, np.arange(half)) / n_w) * weights / n_w
-        inverse = np.einsum("ik,jl->klij", i_h, i_w).reshape(self.num_freqs, -1)
-        # Rows (frequency, real/imaginary part), matching the product's output layout.
-        self.inverse_dft = (
-            np.stack([inverse.real, -inverse.imag], 1)
-            .reshape(2 * self.num_freqs, -1)
-            .astype(np.float32)
+        self.inverse_w = (
+            np.stack([i_w.real, -i_w.imag], 2)
+            .reshape(self.out_hw[1], 2 * half)
+            .T.astype(np.float32)
         )
         #: ``((data pointer, version) of the weight, the weight it was built from, the
-        #: kernel (freqs, 2 Cout, 2 Cin))``: one attribute, so that a thread never sees
+        #: kernel (freqs, [re; im] x Cin, Cout))``: one attribute, so that a thread never sees
         #: one part without the others.
         self._cache: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = None
         self._calls = 0
@@ -189,39 +203,48 @@ class FrequencyConv:
         flipped = weight[:, :, ::-1, ::-1].astype(np.float64)
         along_w = flipped @ self._g_w.T  # (Cout, Cin, kh, half)
         spectrum = self._g_h @ along_w  # (Cout, Cin, n_h, half)
-        spectrum = spectrum.reshape(cout, cin, self.num_freqs).transpose(2, 0, 1)
-        re, im = spectrum.real, spectrum.imag
-        # [[Re, -Im], [Im, Re]]: one real product per frequency gives both parts.
-        top = np.concatenate([re, -im], 2)
-        bottom = np.concatenate([im, re], 2)
-        return np.ascontiguousarray(np.concatenate([top, bottom], 1), dtype=np.float32)
+        spectrum = spectrum.transpose(3, 2, 1, 0).reshape(self.num_freqs, cin, cout)
+        return np.ascontiguousarray(
+            np.concatenate([spectrum.real, spectrum.imag], 1), dtype=np.float32
+        )
 
-    def _run(self, kernel: np.ndarray, images: np.ndarray) -> np.ndarray:
-        """The layer (no bias) for ``(B, Cin, H, W)`` float32 images: ``(B, Cout, H', W')``."""
+    def _run(self, kernel: np.ndarray, images: np.ndarray, out: np.ndarray) -> None:
+        """The layer (no bias) for ``(B, Cin, H, W)`` float32 images, into ``out``
+        (``(B, Cout, H', W')``, C order)."""
         batch, cin = images.shape[:2]
-        cout = kernel.shape[1] // 2
+        cout = kernel.shape[2]
         freqs = self.num_freqs
-        spectra = images.reshape(batch * cin, -1) @ self.forward_dft  # (B Cin, [re | im] x freqs)
-        # (freqs, [re; im] x Cin, B): the product then has the wide side (2 Cout) first,
-        # the orientation BLAS runs fastest at a few images.
-        spectra = np.ascontiguousarray(
-            spectra.reshape(batch, cin, 2, freqs).transpose(3, 2, 1, 0)
-        ).reshape(freqs, 2 * cin, batch)
-        products = np.matmul(kernel, spectra)  # (freqs, [re; im] x Cout, B)
-        out = products.reshape(2 * freqs, cout * batch).T @ self.inverse_dft  # (Cout B, HW)
-        return out.reshape(cout, batch, *self.out_hw).transpose(1, 0, 2, 3)
+        spectra = (self.forward_dft @ images.reshape(batch * cin, -1).T).reshape(
+            2, freqs, batch, cin
+        )
+        # Per frequency [[Re, -Im], [Im, Re]] of the spectra, (([re; im], B), [re | im] x
+        # Cin): times the kernel's [Re; Im] it gives the complex product's parts.
+        blocks = np.empty((freqs, 2, batch, 2, cin), np.float32)
+        re, im = spectra
+        blocks[:, 0, :, 0] = re
+        np.negative(im, out=blocks[:, 0, :, 1])
+        blocks[:, 1, :, 0] = im
+        blocks[:, 1, :, 1] = re
+        products = np.matmul(blocks.reshape(freqs, 2 * batch, 2 * cin), kernel)
+        # (freqs (w, h), [re; im], B Cout): the inverse along H per frequency w ...
+        n = batch * cout
+        out_h, out_w = self.out_hw
+        half_inverse = np.matmul(self.inverse_h, products.reshape(self._half, -1, n))
+        # ... then along W per output row, written in the output's own layout.
+        rows = half_inverse.reshape(2 * self._half, out_h, n).transpose(1, 2, 0)
+        np.matmul(rows, self.inverse_w, out=out.reshape(n, out_h, out_w).transpose(1, 0, 2))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         kernel = self._current_kernel()
         batch = x.shape[0]
-        cout = kernel.shape[1] // 2
+        cout = kernel.shape[2]
         images = x.detach().contiguous().numpy()
         out = np.empty((batch, cout, *self.out_hw), np.float32)
         # Large batches (a learner's value pass) in chunks: the products' temporaries
-        # grow with the batch (~0.4 MB per image for the 11x11 layer).
+        # grow with the batch (~0.6 MB per image for the 11x11 layer).
         for start in range(0, batch, CHUNK):
             stop = min(start + CHUNK, batch)
-            out[start:stop] = self._run(kernel, images[start:stop])
+            self._run(kernel, images[start:stop], out[start:stop])
         result = torch.from_numpy(out)
         if self.conv.bias is not None:
             result += self.conv.bias.detach().view(1, cout, 1, 1)
