@@ -35,7 +35,7 @@ __all__ = ["FrequencyConv", "frequency_conv_for"]
 
 #: Use the frequency form only when it needs at most this fraction of the direct
 #: form's multiply-adds: its products stream a larger weight array (memory-bound
-#: at acting batch sizes), and it pays two layout copies.
+#: at acting batch sizes), and it pays a layout copy of the spectra.
 MAX_COST_FRACTION = 0.25
 #: ... and only if its frequency-domain weights stay below this many bytes.
 MAX_WEIGHT_BYTES = 64 * 2**20
