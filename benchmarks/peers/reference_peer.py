@@ -7,7 +7,11 @@ And the in-process bound (``bound_in_process``): envrunners' own sub-env loop
 (``compute_actions_numpy``, explore) and nothing else: no episodes, no buffers, no
 sampler. A runner that steps its envs in its own process does all of that work and
 more, so this is the ceiling for the default backend (autoreset steps count as steps,
-as in the other references).
+as in the other references). And its twin for the EnvPool backend
+(``bound_envpool_ready_first``): an asynchronous ``EnvPoolVectorEnv`` set up as the
+backend sets it up (ready-first half the envs, its thread count), each ready batch
+acted on with the same call and sent back, nothing else: the ceiling of the
+EnvPool backend, whose sampler does that and keeps the episodes.
 """
 
 from __future__ import annotations
@@ -44,6 +48,13 @@ def run(workload: Workload, repeats: int):
         "FastSyncVectorEnv + the default module's compute_actions_numpy, nothing else",
         **median_rate(_bound_in_process(workload), repeats),
     )
+    yield record(
+        workload,
+        "reference",
+        "bound_envpool_ready_first",
+        "EnvPoolVectorEnv, ready-first half the envs, + compute_actions_numpy, nothing else",
+        **median_rate(_bound_envpool_ready_first(workload, task), repeats),
+    )
 
 
 def _bound_in_process(workload: Workload):
@@ -66,5 +77,28 @@ def _bound_in_process(workload: Workload):
                 obs = env.step(actions)[0]
         state[0] = obs
         return workload.vector_steps * workload.num_envs
+
+    return run
+
+
+def _bound_envpool_ready_first(workload: Workload, task: str):
+    """The loop of ``bound_envpool_ready_first`` (see the module docstring)."""
+    batch = max(1, workload.num_envs // 2)
+    env = EnvPoolVectorEnv(task, workload.num_envs, batch_size=batch, seed=0)
+    env.async_reset()
+    module = DefaultTorchRLModule(
+        observation_space=env.single_observation_space,
+        action_space=env.single_action_space,
+        model_config={},
+        inference_only=True,
+    )
+    calls = workload.vector_steps * workload.num_envs // batch
+
+    def run() -> int:
+        with threadpool_limits(limits=1, user_api="blas"):
+            for _ in range(calls):
+                ids, obs = env.recv()[:2]
+                env.send(module.compute_actions_numpy(obs, explore=True)["actions"], ids)
+        return calls * batch
 
     return run
