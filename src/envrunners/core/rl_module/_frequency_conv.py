@@ -210,7 +210,8 @@ class FrequencyConv:
 
     def _run(self, kernel: np.ndarray, images: np.ndarray, out: np.ndarray) -> None:
         """The layer (no bias) for ``(B, Cin, H, W)`` float32 images, into ``out``
-        (``(B, Cout, H', W')``, C order)."""
+        (``(B, Cout, H', W')``, C-contiguous: the last product writes through a
+        reshaped view of it, which only a contiguous array gives)."""
         batch, cin = images.shape[:2]
         cout = kernel.shape[2]
         freqs = self.num_freqs
