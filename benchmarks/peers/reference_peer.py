@@ -61,12 +61,7 @@ def _bound_in_process(workload: Workload):
     """The loop of ``bound_in_process`` (see the module docstring)."""
     env = FastSyncVectorEnv(env_fns(workload))
     obs, _ = env.reset(seed=0)
-    module = DefaultTorchRLModule(
-        observation_space=env.single_observation_space,
-        action_space=env.single_action_space,
-        model_config={},
-        inference_only=True,
-    )
+    module = _default_module(env)
     state = [np.asarray(obs)]
 
     def run() -> int:
@@ -86,12 +81,7 @@ def _bound_envpool_ready_first(workload: Workload, task: str):
     batch = max(1, workload.num_envs // 2)
     env = EnvPoolVectorEnv(task, workload.num_envs, batch_size=batch, seed=0)
     env.async_reset()
-    module = DefaultTorchRLModule(
-        observation_space=env.single_observation_space,
-        action_space=env.single_action_space,
-        model_config={},
-        inference_only=True,
-    )
+    module = _default_module(env)
     calls = workload.vector_steps * workload.num_envs // batch
 
     def run() -> int:
@@ -102,3 +92,13 @@ def _bound_envpool_ready_first(workload: Workload, task: str):
         return calls * batch
 
     return run
+
+
+def _default_module(env: gym.vector.VectorEnv) -> DefaultTorchRLModule:
+    """PPO's default inference-only module for ``env``'s single spaces (what a runner acts with)."""
+    return DefaultTorchRLModule(
+        observation_space=env.single_observation_space,
+        action_space=env.single_action_space,
+        model_config={},
+        inference_only=True,
+    )

@@ -120,7 +120,7 @@ class FrequencyConv:
         self.out_hw = (h + 2 * ph - kh + 1, w + 2 * pw - kw + 1)
         n_h, n_w = _transform_size(h, ph), _transform_size(w, pw)
         half = n_w // 2 + 1
-        self._n_h, self._half = n_h, half
+        self._half = half
         self.num_freqs = n_h * half
         # Forward DFT of an (H, W) image: full along H, half spectrum along W. Rows
         # ([re | im], frequency (w, h)), so that ``forward_dft @ images.T`` has the

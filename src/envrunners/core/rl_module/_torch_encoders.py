@@ -219,7 +219,7 @@ class CNN(nn.Module):
 
     Without autograd (acting, value estimates), on CPU float32, a stride-1 layer whose
     kernel is large for its input (the 84x84 table's 11x11 one) runs as a product in
-    the frequency domain (:class:`FrequencyConv`: equal up to float32 rounding, ~3x
+    the frequency domain (:class:`FrequencyConv`: equal up to float32 rounding, ~8x
     faster for that layer at acting batch sizes); training passes use torch's conv.
     """
 
@@ -271,7 +271,8 @@ class CNN(nn.Module):
             x = x.to(torch.float32, memory_format=torch.contiguous_format)
         act = ACTIVATIONS[self.activation]
         frequency = (  # (numpy inside: not while torch traces or compiles the graph)
-            not torch.is_grad_enabled()
+            any(self._frequency)
+            and not torch.is_grad_enabled()
             and x.device.type == "cpu"
             and not torch.jit.is_tracing()
             and not torch.compiler.is_compiling()

@@ -13,7 +13,7 @@ Where EnvPool differs from gymnasium, this class maps it:
   ``seed=s`` (EnvPool gives sub-env ``i`` its own stream from ``s``; the streams are
   not gymnasium's, so the initial states differ from the gymnasium path's).
 - Atari frames come channels-first ``(4, 84, 84)``; they are returned channels-last
-  ``(84, 84, 4)`` (a view), the layout ``wrap_atari_for_new_api_stack`` gives the CNN.
+  ``(84, 84, 4)`` (a fresh copy), the layout ``wrap_atari_for_new_api_stack`` gives the CNN.
 - ``infos`` are empty dicts unless ``return_infos=True`` (EnvPool's dict of arrays
   split per sub-env: per-step Python work, so opt-in).
 
@@ -195,7 +195,7 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self._used = False
         obs_space = self.pool.single_observation_space
         # Atari: EnvPool stacks channels-first; the CNN (and the gymnasium path) want
-        # channels-last, so observations are returned as a transposed view.
+        # channels-last, so observations are returned transposed (``_obs_out``).
         self._channels_last = self.is_atari and len(obs_space.shape) == 3
         if self._channels_last:
             obs_space = gym.spaces.Box(
