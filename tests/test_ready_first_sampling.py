@@ -13,15 +13,20 @@ the ``overlap_inference="auto"`` rule.
 
 from __future__ import annotations
 
+import types
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+from tests.envs.simple import MarkedEnv
 from torch import nn
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.connectors.connector_v2 import ConnectorV2
+from envrunners.connectors.env_to_module import FrameStackingEnvToModule, PrevActionsPrevRewards
+from envrunners.connectors.vector_episodes import VectorEpisodeTracker
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
@@ -597,10 +602,172 @@ def test_connectors_that_read_episodes_are_refused_with_ready_first_stepping():
     runner = make_runner(4, ready_first_batch_size=2)
     try:
         runner.add_connector_step(PassThrough())
-        with pytest.raises(ConfigError, match="pieces that read episodes"):
+        with pytest.raises(ConfigError, match=r"pieces that read episodes \(PassThrough\)"):
             runner.sample(num_timesteps=10)
     finally:
         runner.stop()
+
+
+# -- connectors that read episodes, on ready-first batches ----------------------------------
+class SeesSubEnvs(PassThrough):
+    """Reads episodes and says it takes ready-first batches; notes what it was given."""
+
+    supports_ready_first = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = []
+
+    def __call__(self, *, rl_module, batch, episodes, **kwargs):
+        ids = [view.env_index for view in episodes]
+        self.seen.append((ids, episodes.num_envs, len(batch["obs"])))
+        return batch
+
+
+def test_a_piece_that_takes_ready_first_batches_sees_which_sub_envs_they_hold():
+    pytest.importorskip("envpool")
+    runner = make_runner(4, ready_first_batch_size=2)
+    try:
+        piece = SeesSubEnvs()
+        runner.add_connector_step(piece)
+        runner.sample(num_timesteps=40)
+        assert len(piece.seen) >= 20
+        for ids, num_envs, rows in piece.seen:
+            assert num_envs == 4 and rows == 2 == len(set(ids)) and set(ids) <= {0, 1, 2, 3}
+        assert {i for ids, _, _ in piece.seen for i in ids} == {0, 1, 2, 3}
+    finally:
+        runner.stop()
+
+
+def test_tracker_keeps_each_sub_env_episode_across_ready_first_batches():
+    env = types.SimpleNamespace(last_errors=[], failed=np.zeros(4, np.bool_))
+    tracker = VectorEpisodeTracker(4, "FAILED", lambda: env)
+    tracker.forget()
+    no = np.zeros(2, np.bool_)
+
+    def batch(ids, rewards=(0.0, 0.0), terms=no, actions=None):
+        ids = np.array(ids)
+        tracker.after_recv((ids, None, np.array(rewards), np.asarray(terms), no, [{}, {}]))
+        eps = tracker.observe(ids * 10.0)
+        if actions is not None:
+            tracker.after_actions(np.array(actions))
+        return eps
+
+    eps = batch([2, 0], actions=[1, 2])  # first observations: both start
+    assert eps.starts.tolist() == [True, True] and eps.lengths.tolist() == [0, 0]
+    assert [v.env_index for v in eps] == [2, 0] and eps.num_envs == 4
+    eps = batch([0, 3], rewards=(5.0, 0.0), terms=[False, False], actions=[0, 1])
+    assert eps.starts.tolist() == [False, True] and eps.lengths.tolist() == [1, 0]
+    assert eps[0].get_actions() == 2 and eps[0].get_rewards() == 5.0  # sub-env 0's own
+    with pytest.raises(IndexError, match="no actions yet"):
+        eps[1].get_actions()
+    eps = batch([2, 0], rewards=(1.0, 2.0), terms=[True, False], actions=[2, 2])
+    assert eps.starts.tolist() == [False, False] and eps.lengths.tolist() == [1, 2]
+    assert eps.dones.tolist() == [True, False] and eps.actions.tolist() == [1, 0]
+    eps = batch([2, 3], actions=[0, 0])  # sub-env 2's episode ended: this is its reset
+    assert eps.starts.tolist() == [True, False] and eps.lengths.tolist() == [0, 1]
+    env.last_errors, env.failed[3] = [(3, RuntimeError("x"))], True
+    eps = batch([3, 0], actions=[1, 1])  # a failed sub-env starts over
+    assert eps.starts.tolist() == [True, False] and eps.lengths.tolist() == [0, 3]
+    env.last_errors, env.failed[3] = [], False
+    tracker.forget()  # a reset
+    assert batch([0, 1]).starts.tolist() == [True, True]
+    eps = batch([1, 2])
+    assert eps.starts.tolist() == [False, True]
+    env = types.SimpleNamespace(last_errors=[], failed=np.zeros(4, np.bool_))  # recreated
+    assert batch([1, 0]).starts.tolist() == [True, True]
+
+
+class PrevAngleModule(TorchRLModule):
+    """Acts by the angle rule on ``_orig_obs`` (PrevActionsPrevRewards' Dict observations)."""
+
+    def setup(self):
+        self.dummy = nn.Linear(1, 1)
+
+    def _forward(self, batch, **kwargs):
+        return {Columns.ACTIONS: (batch[Columns.OBS]["_orig_obs"][:, 2] > 0).long()}
+
+
+def _joined(parts, key):
+    """One episode's observations (leaf ``key``) from its chunks (each repeats the last one)."""
+    return np.concatenate([p.get_observations()[key][1 if k else 0 :] for k, p in enumerate(parts)])
+
+
+def test_prev_actions_and_rewards_follow_their_sub_envs_ready_first():
+    pytest.importorskip("envpool")
+    spec = RLModuleSpec(module_class=PrevAngleModule)
+    results = []
+    for batch in (None, 2):
+        runner = make_runner(
+            4,
+            spec,
+            ready_first_batch_size=batch,
+            env_to_module_connector=lambda env, spaces, device: PrevActionsPrevRewards(
+                n_prev_actions=2, n_prev_rewards=2
+            ),
+        )
+        try:
+            assert runner.env.is_async == (batch is not None)
+            key = lambda e: e.get_observations()["_orig_obs"][0].tobytes()  # noqa: E731
+            if batch is None:
+                results.append(runner_episodes(runner, 5, 200, key=key))
+            else:
+                keys = set(results[0])
+                enough = lambda finished, keys=keys: len(keys & set(finished)) >= 12  # noqa: E731
+                results.append(runner_episodes(runner, 50, 200, enough, key=key))
+        finally:
+            runner.stop()
+    one_hot = np.eye(2, dtype=np.float32)
+    for finished in results:  # each step sees its own episode's last two actions and rewards
+        for parts in finished.values():
+            acts = np.concatenate([p.get_actions() for p in parts])
+            rews = np.concatenate([p.get_rewards() for p in parts])
+            prev_a, prev_r = _joined(parts, "prev_n_actions"), _joined(parts, "prev_n_rewards")
+            for t in range(len(acts) + 1):
+                want_a = [one_hot[acts[t - k]] if t >= k else np.zeros(2) for k in (2, 1)]
+                want_r = [rews[t - k] if t >= k else 0.0 for k in (2, 1)]
+                np.testing.assert_array_equal(prev_a[t], np.concatenate(want_a))
+                np.testing.assert_array_equal(prev_r[t], want_r)
+    sync, ready = results
+    common = set(sync) & set(ready)
+    assert len(common) >= 12
+    for key in common:
+        for leaf in ("_orig_obs", "prev_n_actions", "prev_n_rewards"):
+            np.testing.assert_array_equal(_joined(sync[key], leaf), _joined(ready[key], leaf))
+
+
+def test_frame_stacking_follows_its_sub_envs_ready_first_on_shared_memory():
+    config = (
+        AlgorithmConfig()
+        .environment(MarkedEnv)
+        .env_runners(
+            num_envs_per_env_runner=4,
+            gym_env_vectorize_mode="shared_memory",
+            ready_first_batch_size=2,
+            env_to_module_connector=lambda env, spaces, device: FrameStackingEnvToModule(
+                num_frames=3
+            ),
+        )
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        assert runner.env.is_async
+        chunks: dict[str, list] = {}
+        for _ in range(4):
+            for e in runner.sample(num_timesteps=60):
+                chunks.setdefault(e.id_, []).append(e)
+    finally:
+        runner.stop()
+    whole = [parts for parts in chunks.values() if parts[-1].is_done]
+    assert len(whole) >= 20
+    for parts in whole:
+        obs = np.concatenate([p.get_observations()[1 if k else 0 :] for k, p in enumerate(parts)])
+        newest = obs[:, -1]
+        assert len(set((newest // 100).tolist())) == 1  # one sub-env's one episode
+        np.testing.assert_array_equal(newest % 100, np.arange(len(newest)))
+        for t in range(len(obs)):  # oldest frame first, zeros before the episode's first
+            want = [newest[t - k] if t >= k else 0.0 for k in (2, 1, 0)]
+            np.testing.assert_array_equal(obs[t], want)
 
 
 def test_auto_overlap_measures_and_decides_at_runner_start():

@@ -88,3 +88,30 @@ class BadObsEnv(CountingEnv):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         return np.array([-5.0], np.float32), {}
+
+
+class MarkedEnv(gym.Env):
+    """Obs ``[10000 * (vector_index + 1) + 100 * episode + t]``, shape (1,): which sub-env,
+    episode and step each observation is; reward ``t``; episodes of 3 to 7 steps (by
+    sub-env and episode), so sub-envs drift apart."""
+
+    def __init__(self, config: dict | None = None):
+        self.index = int(getattr(config, "vector_index", 0))
+        self.observation_space = gym.spaces.Box(0.0, 1e6, shape=(1,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(3)
+        self.episode = -1
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([10000.0 * (self.index + 1) + 100.0 * self.episode + self.t], np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.episode += 1
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= 3 + (self.index + self.episode) % 5
+        return self._obs(), float(self.t), done, False, {}

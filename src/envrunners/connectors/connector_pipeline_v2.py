@@ -64,6 +64,7 @@ class ConnectorPipelineV2(ConnectorV2):
     """
 
     reads_episodes = False  # recomputed from the pieces in _rewire
+    supports_ready_first = True  # likewise
 
     def __init__(
         self,
@@ -91,6 +92,15 @@ class ConnectorPipelineV2(ConnectorV2):
         self._pass_spaces(self.input_observation_space, self.input_action_space)
         self._calls = [(c, accepted_keywords(c)) for c in self.connectors]
         self.reads_episodes = any(getattr(c, "reads_episodes", True) for c in self.connectors)
+        self.supports_ready_first = not self.pieces_refusing_ready_first()
+
+    def pieces_refusing_ready_first(self) -> list[ConnectorV2]:
+        """The pieces that read ``episodes`` but cannot take a ready-first batch."""
+        return [
+            c
+            for c in self.connectors
+            if getattr(c, "reads_episodes", True) and not getattr(c, "supports_ready_first", False)
+        ]
 
     def recompute_output_observation_space(self, input_observation_space, input_action_space):
         """The observation space after the last piece."""

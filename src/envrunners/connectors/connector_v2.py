@@ -48,6 +48,13 @@ class ConnectorV2:
     #: only touch ``batch`` say False, so they add no per-step bookkeeping).
     reads_episodes: bool = True
 
+    #: Whether a piece that reads ``episodes`` works on ready-first batches: only the
+    #: sub-envs that were ready, in the order they came (``episodes.env_indices``, each
+    #: view's ``env_index``), so any history it keeps per sub-env is indexed by those,
+    #: not by batch row. A runner stepping ready-first refuses pieces that read
+    #: episodes and do not say True (an envrunners key: RLlib never steps that way).
+    supports_ready_first: bool = False
+
     def __init__(
         self,
         input_observation_space: gym.Space | None = None,

@@ -1,13 +1,14 @@
 """How a single-agent runner calls its two connector pipelines during sampling.
 
-Once per vector step the sampler hands the runner the new observation batch
-(env-to-module) and the module's action batch (module-to-env). Each pipeline is
-called with RLlib's keywords: ``rl_module``, ``batch``, ``episodes``,
-``explore``, ``shared_data`` (one dict per vector step, shared by both
-pipelines) and ``metrics``. ``episodes`` is a ``VectorEpisodes`` when a piece of
-the env-to-module pipeline reads episodes (a ``VectorEpisodeTracker`` is then
-fed from the acting, env-step and observation hooks), else an empty list. An
-empty pipeline is skipped: the default path does no per-step connector work.
+Once per vector step (per ready-first batch when stepping ready-first) the sampler
+hands the runner the new observation batch (env-to-module) and the module's action
+batch (module-to-env). Each pipeline is called with RLlib's keywords:
+``rl_module``, ``batch``, ``episodes``, ``explore``, ``shared_data`` (one dict per
+step, shared by both pipelines) and ``metrics``. ``episodes`` is a
+``VectorEpisodes`` when a piece of the env-to-module pipeline reads episodes (a
+``VectorEpisodeTracker`` is then fed from the acting, env-step or ``recv`` and
+observation hooks), else an empty list. An empty pipeline is skipped: the
+default path does no per-step connector work.
 """
 
 from __future__ import annotations
@@ -44,13 +45,7 @@ class SamplingConnectors:
         self._shared = {}
         episodes: Any = []
         if pipeline.reads_episodes:
-            tracker = self.tracker
-            if tracker is None or tracker.num_envs != runner.num_envs:
-                # First use: the batch in hand is treated as every sub-env's first.
-                tracker = self.tracker = VectorEpisodeTracker(
-                    runner.num_envs, ENV_STEP_FAILURE, lambda: runner.env
-                )
-            episodes = tracker.observe(obs)
+            episodes = self._tracker().observe(obs)
         self._episodes = episodes
         batch = pipeline(
             rl_module=runner.module,
@@ -61,6 +56,21 @@ class SamplingConnectors:
             metrics=runner.metrics,
         )
         return batch["obs"]
+
+    def _tracker(self) -> VectorEpisodeTracker:
+        """The episode tracker (made on first use: the next batch starts every sub-env)."""
+        runner = self._runner
+        tracker = self.tracker
+        if tracker is None or tracker.num_envs != runner.num_envs:
+            tracker = self.tracker = VectorEpisodeTracker(
+                runner.num_envs, ENV_STEP_FAILURE, lambda: runner.env
+            )
+        return tracker
+
+    def forget_episodes(self) -> None:
+        """The envs were reset: every sub-env's next observation starts an episode."""
+        if self.tracker is not None:
+            self.tracker.forget()
 
     def actions_to_env(self, actions: Any) -> Any:
         """Run the module-to-env pipeline on an action batch; returns the env actions."""
@@ -84,4 +94,10 @@ class SamplingConnectors:
         """Pass an env step's results through, noting rewards and episode ends."""
         if self.tracker is not None:
             self.tracker.after_step(results)
+        return results
+
+    def after_recv(self, results: Any) -> Any:
+        """Pass a ready-first ``recv()``'s results through, noting its sub-envs, rewards
+        and episode ends (only wired while a piece reads episodes: see the runner)."""
+        self._tracker().after_recv(results)
         return results

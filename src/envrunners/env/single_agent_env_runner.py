@@ -123,15 +123,30 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         self._sampler.on_non_finite = self._on_non_finite
 
     def _check_ready_first_connectors(self) -> None:
-        """``ConfigError`` if an asynchronous env meets connectors that read episodes."""
-        if getattr(self.env, "is_async", False) and self._env_to_module.reads_episodes:
+        """Wire the episode tracker to ready-first batches, or a ``ConfigError`` if a
+        piece that reads episodes cannot take them (``supports_ready_first``)."""
+        pipeline = self._env_to_module
+        if not getattr(self.env, "is_async", False):
+            return
+        refusing = pipeline.pieces_refusing_ready_first() if pipeline.reads_episodes else []
+        if refusing:
+            names = ", ".join(type(c).__name__ for c in refusing)
             raise ConfigError(
                 "ready-first stepping (an asynchronous env: EnvPool's batch_size, "
                 "ready_first_batch_size or overlap_inference) acts on a few sub-envs at a "
-                "time, but the env-to-module pipeline has pieces that read episodes "
-                f"({self._env_to_module!r}); drop them, or set ready_first_batch_size=None "
-                "and overlap_inference=False to step all sub-envs together."
+                f"time, but the env-to-module pipeline has pieces that read episodes ({names}) "
+                "and do not say they can take such batches. A piece that keeps no history "
+                "per batch row, or indexes it by `episodes.env_indices` (each view's "
+                "`env_index`), sets the class attribute `supports_ready_first = True`; "
+                "else set ready_first_batch_size=None and overlap_inference=False to step "
+                "all sub-envs together."
             )
+        # Only pieces that read episodes need each batch's sub-envs noted (the tracker).
+        self._sampler.recv_fn = self._recv_noted if pipeline.reads_episodes else self._recv_env
+
+    def _recv_noted(self) -> Any:
+        """``_recv_env``, noting the batch's sub-envs, rewards and ends for the episode views."""
+        return self._connectors.after_recv(self._recv_env())
 
     def _choose_overlap(self) -> None:
         """``overlap_inference="auto"``: time a few env steps and forwards, then decide.
@@ -146,7 +161,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
             return
         if not runner_setup.auto_overlap_applies(config, self._env_context, self.num_envs):
             return
-        if self._env_to_module.reads_episodes:  # needs every sub-env at every step
+        if self._env_to_module.pieces_refusing_ready_first():  # every sub-env, every step
             return
         recurrent = self._sampler.recurrent
 
@@ -321,6 +336,7 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
             self._env_reset_time += time.perf_counter() - start
             self._explore = self.config.explore
             self._sampler.start_async()
+            self._connectors.forget_episodes()
             self._prev_chunks.clear()
             self._needs_initial_reset = False
             if not self.config.disable_env_checking:

@@ -4,7 +4,8 @@ As RLlib's piece: the observation space must be a ``Box`` whose last axis is 1
 (e.g. ``(84, 84, 1)`` grey frames); the output is ``(..., num_frames)``, oldest
 frame first, with zero frames before an episode's first observation. Here the
 frame history is kept per sub-env in one ``(N, ..., num_frames)`` array and
-cleared at each sub-env's episode start (``episodes.starts`` from the runner).
+cleared at each sub-env's episode start (``episodes.starts`` from the runner). A
+ready-first batch updates only its sub-envs' rows (``episodes.env_indices``).
 """
 
 from __future__ import annotations
@@ -33,14 +34,27 @@ def episode_starts(connector: Any, episodes: Any, rows: int) -> np.ndarray:
     return starts
 
 
+def sub_env_rows(episodes: Any, rows: int) -> tuple[np.ndarray | None, int]:
+    """``(episodes.env_indices, episodes.num_envs)``: which sub-env each of the ``rows``
+    batch rows is (None: row ``i`` is sub-env ``i``) and how many sub-envs there are."""
+    ids = getattr(episodes, "env_indices", None)
+    if ids is None:
+        return None, rows
+    return ids, int(episodes.num_envs)
+
+
 class FrameStackingEnvToModule(ConnectorV2):
     """Stacks each sub-env's last ``num_frames`` observations into one.
+
+    Works on ready-first batches (its history rows follow ``episodes.env_indices``).
 
     Args:
         input_observation_space: A ``Box`` with last axis 1 (may be set later).
         input_action_space: The action space (unused).
         num_frames: How many observations to stack.
     """
+
+    supports_ready_first = True
 
     def __init__(
         self,
@@ -80,16 +94,24 @@ class FrameStackingEnvToModule(ConnectorV2):
         )
 
     def __call__(self, *, batch: dict[str, Any], episodes: Any, **kwargs: Any) -> dict[str, Any]:
-        """Shift every sub-env's history by one frame, add the new one, clear at starts."""
+        """Shift the batch's sub-envs' histories by one frame, add the new one, clear at
+        starts."""
         obs = np.asarray(batch["obs"])
         starts = episode_starts(self, episodes, len(obs))
+        ids, num_envs = sub_env_rows(episodes, len(obs))
+        shape = (num_envs, *obs.shape[1:-1])
         frames = self._frames
-        if frames is None or frames.shape[:-1] != obs.shape[:-1] or frames.dtype != obs.dtype:
-            frames = self._frames = np.zeros((*obs.shape[:-1], self.num_frames), obs.dtype)
-        frames[..., :-1] = frames[..., 1:]
-        frames[starts] = 0
-        frames[..., -1] = obs[..., 0]
-        batch["obs"] = frames.copy()
+        if frames is None or frames.shape[:-1] != shape or frames.dtype != obs.dtype:
+            frames = self._frames = np.zeros((*shape, self.num_frames), obs.dtype)
+        rows = frames if ids is None else frames[ids]  # (a copy: written back below)
+        rows[..., :-1] = rows[..., 1:]
+        rows[starts] = 0
+        rows[..., -1] = obs[..., 0]
+        if ids is None:
+            batch["obs"] = rows.copy()
+        else:
+            frames[ids] = rows
+            batch["obs"] = rows
         return batch
 
     def reset_state(self) -> None:

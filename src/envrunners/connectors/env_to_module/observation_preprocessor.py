@@ -38,7 +38,14 @@ def _rows(value: Any) -> int:
 
 
 class SingleAgentObservationPreprocessor(ConnectorV2, abc.ABC):
-    """Transforms each sub-env's newest observation with ``preprocess``."""
+    """Transforms each sub-env's newest observation with ``preprocess``.
+
+    Works on ready-first batches: each row is preprocessed with its own sub-env's
+    view. A subclass that keeps per-sub-env state in ``preprocess_batch`` indexed by
+    row sets ``supports_ready_first = False``.
+    """
+
+    supports_ready_first = True
 
     @abc.abstractmethod
     def preprocess(self, observation: Any, episode: Any) -> Any:

@@ -7,7 +7,8 @@ As RLlib's piece, the observation becomes a ``Dict``::
 with ``Discrete`` actions one-hot (``A = n``; ``Box`` actions flattened), oldest
 first, zeros before an episode's first step. The histories are kept per sub-env
 in ``(N, n, ...)`` arrays, fed from ``episodes.actions`` / ``episodes.rewards``
-and cleared at ``episodes.starts``. The default module flattens the ``Dict``
+and cleared at ``episodes.starts``; a ready-first batch updates only its sub-envs'
+rows (``episodes.env_indices``). The default module flattens the ``Dict``
 itself; a custom module may want ``FlattenObservations`` after this piece.
 """
 
@@ -19,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from envrunners.connectors.connector_v2 import ConnectorV2
-from envrunners.connectors.env_to_module.frame_stacking import episode_starts
+from envrunners.connectors.env_to_module.frame_stacking import episode_starts, sub_env_rows
 from envrunners.errors import ConfigError
 
 __all__ = ["PrevActionsPrevRewards"]
@@ -38,6 +39,7 @@ class PrevActionsPrevRewards(ConnectorV2):
     ORIG_OBS_KEY = "_orig_obs"
     PREV_ACTIONS_KEY = "prev_n_actions"
     PREV_REWARDS_KEY = "prev_n_rewards"
+    supports_ready_first = True
 
     def __init__(
         self,
@@ -95,15 +97,19 @@ class PrevActionsPrevRewards(ConnectorV2):
         return np.asarray(actions, np.float32).reshape(rows, -1)
 
     def __call__(self, *, batch: dict[str, Any], episodes: Any, **kwargs: Any) -> dict[str, Any]:
-        """Shift the histories by one step, add the newest action/reward, clear at starts."""
+        """Shift the batch's sub-envs' histories by one step, add the newest action and
+        reward, clear at starts."""
         obs = batch["obs"]
         rows = len(episodes.starts) if hasattr(episodes, "starts") else -1
         starts = episode_starts(self, episodes, rows)
+        ids, num_envs = sub_env_rows(episodes, rows)
         width = self._action_width(self.input_action_space)
-        if self._actions is None or len(self._actions) != rows:
-            self._actions = np.zeros((rows, self.n_prev_actions, width), np.float32)
-            self._rewards = np.zeros((rows, self.n_prev_rewards), np.float32)
-        acts, rews = self._actions, self._rewards
+        if self._actions is None or len(self._actions) != num_envs:
+            self._actions = np.zeros((num_envs, self.n_prev_actions, width), np.float32)
+            self._rewards = np.zeros((num_envs, self.n_prev_rewards), np.float32)
+        # The batch's rows of the histories (copies for a ready-first batch: written back).
+        acts = self._actions if ids is None else self._actions[ids]
+        rews = self._rewards if ids is None else self._rewards[ids]
         if episodes.actions is not None:
             if self.n_prev_actions:
                 acts[:, :-1] = acts[:, 1:]
@@ -113,6 +119,9 @@ class PrevActionsPrevRewards(ConnectorV2):
                 rews[:, -1] = episodes.rewards
         acts[starts] = 0.0
         rews[starts] = 0.0
+        if ids is not None:
+            self._actions[ids] = acts
+            self._rewards[ids] = rews
         batch["obs"] = {
             self.ORIG_OBS_KEY: obs,
             self.PREV_ACTIONS_KEY: acts.reshape(rows, -1).copy(),
