@@ -7,8 +7,8 @@ A connector is called with keywords only::
 
 and returns the batch (changed in place or a new dict). Here ``batch`` holds all
 sub-envs at once (``{"obs": (N, ...)}`` on the env-to-module side,
-``{"actions": (N, ...)}`` on the module-to-env side), so a piece costs a few
-numpy ops per vector step. ``episodes`` is what the runner can give cheaply
+``{"actions": (N, ...)}`` on the module-to-env side; stepping ready-first, the
+sub-envs that were ready), so a piece costs a few numpy ops per vector step. ``episodes`` is what the runner can give cheaply
 during sampling (see ``envrunners.connectors.vector_episodes``), not RLlib's
 list of full episode objects.
 
