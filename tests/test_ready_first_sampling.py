@@ -736,6 +736,24 @@ def test_prev_actions_and_rewards_follow_their_sub_envs_ready_first():
             np.testing.assert_array_equal(_joined(sync[key], leaf), _joined(ready[key], leaf))
 
 
+def test_auto_overlap_times_the_forward_on_what_the_pipeline_makes():
+    pytest.importorskip("envpool")
+    # The module takes PrevActionsPrevRewards' Dict observations, not the env's Box.
+    runner = make_runner(
+        4,
+        RLModuleSpec(),
+        overlap_inference="auto",
+        env_to_module_connector=lambda env, spaces, device: PrevActionsPrevRewards(),
+    )
+    try:
+        assert runner._overlap_costs is not None and min(runner._overlap_costs) > 0
+        eps = runner.sample(num_timesteps=40)
+        assert 40 <= sum(len(e) for e in eps) <= 43
+        assert set(eps[0].get_observations()) == {"_orig_obs", "prev_n_actions", "prev_n_rewards"}
+    finally:
+        runner.stop()
+
+
 def test_frame_stacking_follows_its_sub_envs_ready_first_on_shared_memory():
     config = (
         AlgorithmConfig()

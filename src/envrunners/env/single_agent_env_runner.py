@@ -16,6 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.vector.utils import batch_space
 
 from envrunners.connectors.connector_pipeline_v2 import ConnectorPipelineV2
 from envrunners.connectors.connector_v2 import ConnectorV2
@@ -164,8 +165,17 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         if self._env_to_module.pieces_refusing_ready_first():  # every sub-env, every step
             return
         recurrent = self._sampler.recurrent
+        # The module acts on what the env-to-module pipeline makes of the observations;
+        # a pipeline that changes their space (flattening, frame stacking) is timed on a
+        # sample of its output space (running it would change its state and statistics).
+        space = self._env_to_module.observation_space
+        module_obs = None
+        if space is not None and space != self.env.single_observation_space:
+            module_obs = batch_space(space, self.num_envs).sample()
 
         def forward(obs: Any) -> None:
+            if module_obs is not None:
+                obs = module_obs
             if recurrent is None:
                 runner_setup.compute_actions(self.module, obs, True, 0)
             else:
