@@ -6,7 +6,9 @@ one torch thread (``num_cpus_per_env_runner=1``). Backends: ``gymnasium`` (the d
 ``overlap_inference="auto"`` decides), and, envrunners only, the explicit overlap variants
 ``envpool_overlap`` / ``shared_memory_overlap`` (``overlap_inference=True``: the policy acts
 on half the envs while the other half steps) and ``shared_memory`` (worker processes,
-all envs per step).
+all envs per step). Pong only: ``envpool_framestack_connector``, RLlib's own Atari
+recipe on EnvPool: single frames from the env (``stack_num=1``) stacked by a
+``FrameStackingEnvToModule(num_frames=4)`` env-to-module piece (``"auto"`` decides).
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ BACKENDS = {
         "gymnasium",
         {"gym_env_vectorize_mode": "shared_memory", "overlap_inference": True},
     ),
+    "envpool_framestack_connector": ("envpool", {}),
 }
+#: Backends that only apply to frames (the frame-stacking piece needs one channel).
+PONG_ONLY = ("envpool_framestack_connector",)
 
 
 def build_runner(target: str, workload: Workload, backend: str) -> Any:
@@ -46,9 +51,19 @@ def build_runner(target: str, workload: Workload, backend: str) -> Any:
         env: Any = "envpool:" + ("CartPole-v1" if workload.name == "cartpole" else "Pong-v5")
     else:
         env = "CartPole-v1" if workload.name == "cartpole" else partial(make_pong, target)
+    env_config: dict = {}
+    if backend == "envpool_framestack_connector":
+        pieces = importlib.import_module(f"{target}.connectors.env_to_module")
+        env_config = {"stack_num": 1}
+        keys = {
+            **keys,
+            "env_to_module_connector": lambda env, spaces, device: pieces.FrameStackingEnvToModule(
+                num_frames=4
+            ),
+        }
     config = (
         ppo.PPOConfig()
-        .environment(env=env)
+        .environment(env=env, env_config=env_config)
         .env_runners(num_env_runners=0, num_envs_per_env_runner=workload.num_envs, **keys)
     )
     if target == "ray.rllib":
@@ -62,6 +77,8 @@ def run(workload: Workload, repeats: int, target: str = "envrunners", backends=N
     """One record per backend: the runner's env steps/s."""
     system = "envrunners" if target == "envrunners" else "rllib"
     for backend in backends or (tuple(BACKENDS) if target == "envrunners" else ("gymnasium",)):
+        if backend in PONG_ONLY and workload.name != "pong":
+            continue
         runner = build_runner(target, workload, backend)
         if target == "envrunners":
             layer = torch.nn.Linear if workload.name == "cartpole" else torch.nn.Conv2d
