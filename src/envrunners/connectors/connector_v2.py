@@ -8,9 +8,10 @@ A connector is called with keywords only::
 and returns the batch (changed in place or a new dict). Here ``batch`` holds all
 sub-envs at once (``{"obs": (N, ...)}`` on the env-to-module side,
 ``{"actions": (N, ...)}`` on the module-to-env side; stepping ready-first, the
-sub-envs that were ready), so a piece costs a few numpy ops per vector step. ``episodes`` is what the runner can give cheaply
-during sampling (see ``envrunners.connectors.vector_episodes``), not RLlib's
-list of full episode objects.
+sub-envs that were ready), so a piece costs a few numpy ops per vector step.
+``episodes`` is what the runner can give cheaply during sampling (see
+``envrunners.connectors.vector_episodes``), not RLlib's list of full episode
+objects.
 
 Output spaces follow RLlib: setting ``input_observation_space`` /
 ``input_action_space`` recomputes ``observation_space`` / ``action_space`` via
