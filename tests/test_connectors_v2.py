@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from tests.envs.simple import MarkedEnv
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.connectors.connector_pipeline_v2 import ConnectorPipelineV2
@@ -24,32 +25,7 @@ from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.errors import ConfigError, ConnectorError
 
-
 # -- small envs ---------------------------------------------------------------------------
-class MarkedEnv(gym.Env):
-    """Obs ``[1000 * episode + t + 1]`` (never 0), shape (1,); reward ``t + 1``; ends at t=4."""
-
-    def __init__(self, config=None):
-        self.observation_space = gym.spaces.Box(0.0, 1e9, (1,), np.float32)
-        self.action_space = gym.spaces.Discrete(3)
-        self.episode = -1
-        self.t = 0
-        self.length = int((config or {}).get("length", 4))
-
-    def _obs(self):
-        return np.array([1000.0 * self.episode + self.t + 1], np.float32)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.episode += 1
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action):
-        self.t += 1
-        return self._obs(), float(self.t), self.t >= self.length, False, {}
-
-
 NESTED_SPACE = gym.spaces.Dict(
     {
         "a": gym.spaces.Box(-10.0, 10.0, (), np.float32),

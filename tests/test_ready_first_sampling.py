@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
-from tests.envs.simple import MarkedEnv
+from tests.envs.simple import SubEnvMarkedEnv
 from torch import nn
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
@@ -757,7 +757,7 @@ def test_auto_overlap_times_the_forward_on_what_the_pipeline_makes():
 def test_frame_stacking_follows_its_sub_envs_ready_first_on_shared_memory():
     config = (
         AlgorithmConfig()
-        .environment(MarkedEnv)
+        .environment(SubEnvMarkedEnv)
         .env_runners(
             num_envs_per_env_runner=4,
             gym_env_vectorize_mode="shared_memory",

@@ -91,19 +91,21 @@ class BadObsEnv(CountingEnv):
 
 
 class MarkedEnv(gym.Env):
-    """Obs ``[10000 * (vector_index + 1) + 100 * episode + t]``, shape (1,): which sub-env,
-    episode and step each observation is; reward ``t``; episodes of 3 to 7 steps (by
-    sub-env and episode), so sub-envs drift apart."""
+    """Obs ``[1000 * episode + t + 1]`` (never 0), shape (1,); reward ``t``; ends at t=4
+    (``config["length"]``)."""
 
     def __init__(self, config: dict | None = None):
-        self.index = int(getattr(config, "vector_index", 0))
-        self.observation_space = gym.spaces.Box(0.0, 1e6, shape=(1,), dtype=np.float32)
+        self.observation_space = gym.spaces.Box(0.0, 1e9, (1,), np.float32)
         self.action_space = gym.spaces.Discrete(3)
         self.episode = -1
         self.t = 0
+        self.length = int((config or {}).get("length", 4))
 
     def _obs(self) -> np.ndarray:
-        return np.array([10000.0 * (self.index + 1) + 100.0 * self.episode + self.t], np.float32)
+        return np.array([1000.0 * self.episode + self.t + 1], np.float32)
+
+    def _ends(self) -> bool:
+        return self.t >= self.length
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -113,5 +115,20 @@ class MarkedEnv(gym.Env):
 
     def step(self, action):
         self.t += 1
-        done = self.t >= 3 + (self.index + self.episode) % 5
-        return self._obs(), float(self.t), done, False, {}
+        return self._obs(), float(self.t), self._ends(), False, {}
+
+
+class SubEnvMarkedEnv(MarkedEnv):
+    """Obs ``[10000 * (vector_index + 1) + 100 * episode + t]``: which sub-env, episode and
+    step each observation is; episodes of 3 to 7 steps (by sub-env and episode), so
+    sub-envs drift apart."""
+
+    def __init__(self, config: dict | None = None):
+        super().__init__(config)
+        self.index = int(getattr(config, "vector_index", 0))
+
+    def _obs(self) -> np.ndarray:
+        return np.array([10000.0 * (self.index + 1) + 100.0 * self.episode + self.t], np.float32)
+
+    def _ends(self) -> bool:
+        return self.t >= 3 + (self.index + self.episode) % 5

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from envrunners.sampling.buffers import tree_map
+
 __all__ = ["SubEnvEpisodeView", "VectorEpisodeTracker", "VectorEpisodes", "row_of"]
 
 
@@ -147,36 +149,6 @@ class VectorEpisodes(Sequence):
         return (SubEnvEpisodeView(self, i) for i in range(len(self)))
 
 
-def _rows_store(value: Any, n: int) -> Any:
-    """Per-sub-env storage (``n`` rows) for batches like ``value`` (nested like it),
-    every row set to ``value``'s first row (a valid action until one is written)."""
-    if isinstance(value, dict):
-        return {k: _rows_store(v, n) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_rows_store(v, n) for v in value)
-    value = np.asarray(value)
-    return np.repeat(value[:1], n, axis=0)
-
-
-def _put_rows(store: Any, ids: np.ndarray, value: Any) -> None:
-    if isinstance(store, dict):
-        for k, leaf in store.items():
-            _put_rows(leaf, ids, value[k])
-    elif isinstance(store, tuple):
-        for leaf, v in zip(store, value, strict=True):
-            _put_rows(leaf, ids, v)
-    else:
-        store[ids] = value
-
-
-def _take_rows(store: Any, ids: np.ndarray) -> Any:
-    if isinstance(store, dict):
-        return {k: _take_rows(v, ids) for k, v in store.items()}
-    if isinstance(store, tuple):
-        return tuple(_take_rows(v, ids) for v in store)
-    return store[ids]
-
-
 class VectorEpisodeTracker:
     """Keeps episode starts, lengths, last actions and rewards per sub-env.
 
@@ -225,9 +197,10 @@ class VectorEpisodeTracker:
         if ids is None:
             self._actions = actions
             return
-        if self._actions_by_env is None:
-            self._actions_by_env = _rows_store(actions, self.num_envs)
-        _put_rows(self._actions_by_env, ids, actions)
+        if self._actions_by_env is None:  # every row a valid action until one is written
+            n = self.num_envs
+            self._actions_by_env = tree_map(lambda a: np.repeat(np.asarray(a)[:1], n, 0), actions)
+        tree_map(lambda store, a: store.__setitem__(ids, a), self._actions_by_env, actions)
 
     def after_step(self, results: Any) -> None:
         """Note the rewards and episode ends of a step of every sub-env (or the env's
@@ -293,5 +266,5 @@ class VectorEpisodeTracker:
         dones = step_dones & ~starts
         self._dones[ids] = dones
         store = self._actions_by_env
-        actions = None if store is None else _take_rows(store, ids)
+        actions = None if store is None else tree_map(lambda a: a[ids], store)
         return VectorEpisodes(observations, starts, lengths, dones, actions, rewards, ids, n)
