@@ -466,6 +466,41 @@ class TestMeanStdFilterAndActions:
         assert np.abs(3.0 * stored).max() > 2.0  # some actions needed the clip
         np.testing.assert_allclose(env_actions, np.clip(3.0 * stored, -2.0, 2.0), atol=1e-5)
 
+    def test_normalize_and_clip_nested_action_spaces(self):
+        """Each Box leaf of a Dict / Tuple action space by its own bounds; others pass."""
+        space = gym.spaces.Dict(
+            {
+                "d": gym.spaces.Discrete(3),
+                "b": gym.spaces.Box(0.0, 10.0, (2,), np.float32),
+                "t": gym.spaces.Tuple(
+                    (gym.spaces.Box(-2.0, 2.0, (1,), np.float64), gym.spaces.Discrete(2))
+                ),
+            }
+        )
+        actions = {
+            "d": np.array([0, 2]),
+            "b": np.array([[-1.0, 0.0], [1.0, 3.0]], np.float32),
+            "t": (np.array([[0.5], [-4.0]]), np.array([1, 0])),
+        }
+        out = NormalizeAndClipActions(None, space)(batch={"actions": actions})
+        env = out["actions_for_env"]
+        assert out["actions"] is actions  # what episodes record stays the module's
+        np.testing.assert_array_equal(env["d"], [0, 2])
+        np.testing.assert_allclose(env["b"], [[0.0, 5.0], [10.0, 10.0]])
+        assert env["b"].dtype == np.float32 and env["t"][0].dtype == np.float64
+        np.testing.assert_allclose(env["t"][0], [[1.0], [-2.0]])
+        np.testing.assert_array_equal(env["t"][1], [1, 0])
+        clipped = NormalizeAndClipActions(None, space, normalize_actions=False, clip_actions=True)
+        env = clipped(batch={"actions": actions})["actions_for_env"]
+        np.testing.assert_allclose(env["b"], [[0.0, 0.0], [1.0, 3.0]])
+        np.testing.assert_allclose(env["t"][0], [[0.5], [-2.0]])
+        assert space.contains(
+            {k: (v[1] if k != "t" else (v[0][1], v[1][1])) for k, v in env.items()}
+        )
+        discrete_only = gym.spaces.Dict({"d": gym.spaces.Discrete(3)})
+        out = NormalizeAndClipActions(None, discrete_only)(batch={"actions": {"d": np.ones(2)}})
+        assert out["actions_for_env"] is out["actions"]
+
 
 class TestGetActions:
     def test_samples_from_dist_inputs_only_when_actions_missing(self):

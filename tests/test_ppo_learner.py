@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -145,3 +146,57 @@ def test_build_batch_rejects_empty_input(setup):
     _, _, learner = setup
     with pytest.raises(ValueError, match="no env steps"):
         learner.build_batch([])
+
+
+class DictSpacesEnv(gym.Env):
+    """Dict observations and Dict actions (a Discrete and a Box leaf); 3-12 step episodes."""
+
+    observation_space = gym.spaces.Dict(
+        {
+            "pos": gym.spaces.Box(-5.0, 5.0, (2,), np.float32),
+            "t": gym.spaces.Box(0.0, 100.0, (1,), np.float32),
+        }
+    )
+    action_space = gym.spaces.Dict(
+        {"move": gym.spaces.Discrete(3), "push": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+    )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = self.np_random.normal(size=2).astype(np.float32)
+        self.t, self.limit = 0, int(self.np_random.integers(3, 13))
+        return self._obs(), {}
+
+    def _obs(self):
+        return {"pos": self.pos.copy(), "t": np.array([self.t], np.float32)}
+
+    def step(self, action):
+        self.t += 1
+        self.pos = np.clip(self.pos + (int(action["move"]) - 1) * 0.3 + action["push"] * 0.1, -5, 5)
+        reward = -float(np.abs(self.pos).sum())
+        return self._obs(), reward, False, self.t >= self.limit, {}
+
+
+@pytest.mark.parametrize("learner_cls", [PPOLearner, PGLearner])
+def test_dict_observations_and_actions_train(learner_cls):
+    config = _config().environment(DictSpacesEnv)
+    group = EnvRunnerGroup(config=config)
+    try:
+        learner = learner_cls.from_group(config, group)
+        episodes = [e for e in group.local_env_runner.sample(num_timesteps=100) if len(e)]
+        batch = learner.build_batch(episodes)
+        steps = sum(len(e) for e in episodes)
+        for key in ("pos", "t"):  # each step's own observation, one array per leaf
+            want = np.concatenate([e.get_observations()[key][: len(e)] for e in episodes])
+            np.testing.assert_array_equal(batch["obs"][key], want)
+        for key in ("move", "push"):
+            want = np.concatenate([e.get_actions()[key] for e in episodes])
+            np.testing.assert_array_equal(batch["actions"][key], want)
+        assert len(batch["advantages"]) == steps
+        before = learner.module.get_state()
+        stats = learner.update(episodes)
+        assert np.isfinite(stats["policy_loss"])
+        after = learner.module.get_state()
+        assert any(not np.array_equal(before[k], after[k]) for k in before)
+    finally:
+        group.stop()

@@ -21,6 +21,7 @@ import numpy as np
 from envrunners.connectors.connector_v2 import ConnectorV2
 from envrunners.connectors.env_to_module import EnvToModulePipeline, MeanStdFilter
 from envrunners.connectors.module_to_env import ModuleToEnvPipeline, NormalizeAndClipActions
+from envrunners.connectors.module_to_env.normalize_and_clip_actions import has_box_leaf
 from envrunners.connectors.reward_clipping import clip_rewards_fn
 from envrunners.connectors.vector_episodes import row_of
 from envrunners.core.columns import Columns
@@ -369,7 +370,7 @@ def build_connectors(
     device)``), then the observation filter (``observation_filter``). Module-to-env:
     the user's pieces (``config.module_to_env_connector(env, spaces)``), then, with
     ``add_default_connectors_to_module_to_env_pipeline`` (default True),
-    ``NormalizeAndClipActions`` for a Box action space, as RLlib appends it. RLlib's
+    ``NormalizeAndClipActions`` for an action space with a Box leaf, as RLlib appends it. RLlib's
     other default pieces (batching, tensors, ``GetActions``) are what the sampler
     and ``_acting.act`` do themselves, so no piece stands for them.
 
@@ -392,7 +393,7 @@ def build_connectors(
         )
     m2e: list[ConnectorV2] = _user_connectors(config, "module_to_env_connector", env, spaces, None)
     add_defaults = getattr(config, "add_default_connectors_to_module_to_env_pipeline", True)
-    if add_defaults and isinstance(act_space, gym.spaces.Box):
+    if add_defaults and has_box_leaf(act_space):
         m2e.append(
             NormalizeAndClipActions(
                 normalize_actions=bool(config.normalize_actions),
@@ -611,7 +612,9 @@ def check_step(runner: Any, raw_obs: Any, actions: Any) -> None:
     space = runner.env.single_action_space
     for i in range(_batch_rows(actions, runner.num_envs)):
         action = row_of(actions, i)
-        if not space.contains(np.asarray(action, dtype=getattr(space, "dtype", None))):
+        if not isinstance(action, dict | tuple):  # (nested actions: their leaves as they are)
+            action = np.asarray(action, dtype=getattr(space, "dtype", None))
+        if not space.contains(action):
             raise SpaceError(
                 f"action {action!r} for sub-environment {i} is not in the action_space {space}. "
                 "For Box spaces set config.environment(clip_actions=True) or keep "

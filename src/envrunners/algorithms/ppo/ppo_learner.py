@@ -218,8 +218,8 @@ class PPOLearner:
             seqs = self._sequence_inputs(chunks, lengths)
             rows, cols = seqs.pop("positions")
             all_values = self._value_estimates(seqs)[rows, cols]
-        else:
-            all_obs = np.concatenate([np.asarray(e.get_observations()) for e in chunks])
+        else:  # (Dict / Tuple observations: one array per leaf)
+            all_obs = _joined([e.get_observations() for e in chunks])
             all_values = self._value_estimates({Columns.OBS: all_obs})
         # A terminated episode's last observation is worth 0; anything else bootstraps.
         terminated = np.array([bool(e.is_terminated) for e in chunks])
@@ -236,7 +236,7 @@ class PPOLearner:
             rewards, values, bootstrap, lengths, gamma=gamma, lambda_=lam
         )
         steps = {
-            Columns.ACTIONS: np.concatenate([np.asarray(e.get_actions()) for e in chunks]),
+            Columns.ACTIONS: _joined([e.get_actions() for e in chunks]),
             Columns.ACTION_LOGP: np.concatenate(
                 [np.asarray(e.get_extra_model_outputs(Columns.ACTION_LOGP)) for e in chunks]
             ).astype(np.float32),
@@ -245,7 +245,7 @@ class PPOLearner:
             "value_targets": targets[valid],
         }
         if seqs is None:
-            return {Columns.OBS: all_obs[step_rows], **steps}
+            return {Columns.OBS: _nested.map_structure(lambda a: a[step_rows], all_obs), **steps}
         return self._to_sequences(seqs, steps, rows[step_rows], cols[step_rows])
 
     def _max_seq_len(self) -> int:
@@ -568,6 +568,13 @@ def _stacked(column: Any) -> Any:
     if isinstance(column, list):
         return _nested.map_structure(lambda *items: np.stack(items), *column)
     return _nested.map_structure(np.asarray, column)
+
+
+def _joined(columns: list[Any]) -> Any:
+    """Episode columns (one per chunk; nested for Dict / Tuple spaces) joined along time."""
+    return _nested.map_structure(
+        lambda *parts: np.concatenate(parts), *[_stacked(c) for c in columns]
+    )
 
 
 def _scatter(values: np.ndarray, rows: np.ndarray, cols: np.ndarray, grid: Any) -> np.ndarray:

@@ -1,5 +1,7 @@
 """``NormalizeAndClipActions`` (module-to-env): module actions -> env actions for Box spaces.
 
+Box leaves of ``Dict`` / ``Tuple`` action spaces too, each with its own bounds (as RLlib).
+
 ``normalize_actions``: the module acts in ``[-1, 1]``; actions are unsquashed to
 ``[low, high]`` for the env. ``clip_actions``: actions are clipped to the bounds.
 Either way ``batch["actions"]`` keeps what the module produced (that is what
@@ -8,6 +10,7 @@ episodes record) and the env receives ``batch["actions_for_env"]``, as in RLlib.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import gymnasium as gym
@@ -15,7 +18,64 @@ import numpy as np
 
 from envrunners.connectors.connector_v2 import ConnectorV2
 
-__all__ = ["NormalizeAndClipActions"]
+__all__ = ["NormalizeAndClipActions", "has_box_leaf"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _BoxBounds:
+    """How one Box leaf's actions become env actions."""
+
+    low: np.ndarray
+    high: np.ndarray
+    unsquash: bool
+    dtype: Any
+
+
+def _leaf_plan(space: gym.Space | None, normalize: bool, clip: bool) -> Any:
+    """Per leaf of ``space``: its ``_BoxBounds`` for a ``Box`` to unsquash or clip, None for
+    a leaf that passes through (nested like ``Dict`` / ``Tuple`` spaces)."""
+    if isinstance(space, gym.spaces.Dict):
+        return {k: _leaf_plan(s, normalize, clip) for k, s in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_leaf_plan(s, normalize, clip) for s in space.spaces)
+    if not isinstance(space, gym.spaces.Box) or not (normalize or clip):
+        return None
+    low, high = space.low.astype(np.float64), space.high.astype(np.float64)
+    bounded = bool((np.isfinite(low) & np.isfinite(high)).all())
+    return _BoxBounds(low, high, normalize and bounded, space.dtype)
+
+
+def has_box_leaf(space: gym.Space | None) -> bool:
+    """Whether ``space`` is a ``Box`` or a ``Dict`` / ``Tuple`` space with one inside."""
+    if isinstance(space, gym.spaces.Dict):
+        return any(has_box_leaf(s) for s in space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return any(has_box_leaf(s) for s in space.spaces)
+    return isinstance(space, gym.spaces.Box)
+
+
+def _acts_on_some_leaf(plan: Any) -> bool:
+    if isinstance(plan, dict):
+        return any(_acts_on_some_leaf(p) for p in plan.values())
+    if isinstance(plan, tuple):
+        return any(_acts_on_some_leaf(p) for p in plan)
+    return plan is not None
+
+
+def _for_env(plan: Any, actions: Any, clip: bool) -> Any:
+    """``actions`` (nested like ``plan``) with each planned Box leaf unsquashed or clipped."""
+    if isinstance(plan, dict):
+        return {k: _for_env(p, actions[k], clip) for k, p in plan.items()}
+    if isinstance(plan, tuple):
+        return tuple(_for_env(p, a, clip) for p, a in zip(plan, actions, strict=True))
+    if plan is None:
+        return actions
+    a = np.asarray(actions, dtype=np.float64)
+    if plan.unsquash:
+        a = plan.low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (plan.high - plan.low)
+    elif clip:
+        a = np.clip(a, plan.low, plan.high)
+    return a.astype(plan.dtype, copy=False)
 
 
 class NormalizeAndClipActions(ConnectorV2):
@@ -23,9 +83,11 @@ class NormalizeAndClipActions(ConnectorV2):
 
     Args:
         input_observation_space: The observation space (unused).
-        input_action_space: The env's action space (may be set later); only a
-            ``Box`` is unsquashed/clipped, other spaces pass through.
-        normalize_actions: Unsquash from ``[-1, 1]`` to the bounds (finite bounds only).
+        input_action_space: The env's action space (may be set later); its ``Box``
+            leaves (the space itself, or those inside ``Dict`` / ``Tuple`` spaces) are
+            unsquashed/clipped, other leaves pass through.
+        normalize_actions: Unsquash from ``[-1, 1]`` to the bounds (a Box with finite
+            bounds only).
         clip_actions: Clip to the bounds.
     """
 
@@ -42,21 +104,14 @@ class NormalizeAndClipActions(ConnectorV2):
     ):
         self.normalize_actions = bool(normalize_actions)
         self.clip_actions = bool(clip_actions)
+        self._plan: Any = None
         self._active = False
         super().__init__(input_observation_space, input_action_space, **kwargs)
 
     def recompute_output_action_space(self, input_observation_space, input_action_space):
         """Unchanged; prepares the bounds for the call."""
-        space = input_action_space
-        self._active = isinstance(space, gym.spaces.Box) and (
-            self.normalize_actions or self.clip_actions
-        )
-        if self._active:
-            self._low = space.low.astype(np.float64)
-            self._high = space.high.astype(np.float64)
-            bounded = np.isfinite(self._low) & np.isfinite(self._high)
-            self._unsquash = self.normalize_actions and bool(bounded.all())
-            self._dtype = space.dtype
+        self._plan = _leaf_plan(input_action_space, self.normalize_actions, self.clip_actions)
+        self._active = _acts_on_some_leaf(self._plan)
         return input_action_space
 
     def __call__(self, *, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
@@ -65,10 +120,5 @@ class NormalizeAndClipActions(ConnectorV2):
         if not self._active:
             batch["actions_for_env"] = actions
             return batch
-        a = np.asarray(actions, dtype=np.float64)
-        if self._unsquash:
-            a = self._low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self._high - self._low)
-        elif self.clip_actions:
-            a = np.clip(a, self._low, self._high)
-        batch["actions_for_env"] = a.astype(self._dtype, copy=False)
+        batch["actions_for_env"] = _for_env(self._plan, actions, self.clip_actions)
         return batch

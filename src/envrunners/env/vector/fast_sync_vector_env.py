@@ -20,7 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from envrunners.env.vector._sub_env_lifecycle import (
     MAX_SUB_ENV_RESTART_ATTEMPTS,
@@ -166,7 +166,8 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
 
         Sub-env ``i`` gets ``actions[i]`` (for an array: a numpy scalar or row, as with
         gymnasium's ``SyncVectorEnv``; gymnasium's ``Discrete.contains`` checks a numpy
-        integer faster than a Python int).
+        integer faster than a Python int). A batch of ``Dict`` / ``Tuple`` actions (one
+        array per leaf) gives each sub-env its own dict / tuple, as gymnasium's ``iterate``.
         """
         if self.last_errors:
             self.failed[:] = False
@@ -180,7 +181,12 @@ class FastSyncVectorEnv(gym.vector.VectorEnv):
         obs_items: list = []
         # Iterating an array gives what ``actions[i]`` gives (numpy scalars or row views),
         # without one indexing call per sub-env.
-        per_env = list(actions) if type(actions) is np.ndarray else actions
+        if type(actions) is np.ndarray:
+            per_env = list(actions)
+        elif isinstance(actions, dict | tuple):
+            per_env = list(iterate(self.action_space, actions))
+        else:
+            per_env = actions
         autoreset = self._autoreset.tolist()
         for i, env in enumerate(self.envs):
             if autoreset[i]:
