@@ -123,3 +123,33 @@ def test_convert_cli_subprocess(minari_dir, tmp_path):
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )  # fmt: skip
     assert bad.returncode == 1 and "allow_pickle=True" in bad.stderr
+
+
+def test_write_minari_keeps_dict_observations_and_actions(tmp_path):
+    from tests.envs.simple import DictSpacesEnv
+
+    from envrunners.algorithms.algorithm_config import AlgorithmConfig
+    from envrunners.core.rl_module.rl_module import RLModuleSpec
+    from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+    from envrunners.offline.minari_io import read_minari_episodes, write_minari
+
+    config = (
+        AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
+        .environment(DictSpacesEnv)
+        .env_runners(num_envs_per_env_runner=2)
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        episodes = runner.sample(num_episodes=3)
+    finally:
+        runner.stop()
+    path = write_minari(episodes, str(tmp_path), "test/dict-spaces-v0")
+    back = list(read_minari_episodes(path))
+    assert len(back) == 3
+    for ep, orig in zip(back, episodes, strict=True):
+        assert len(ep) == len(orig) and ep.observation_space == DictSpacesEnv.observation_space
+        for key in ("pos", "t"):
+            np.testing.assert_array_equal(ep.get_observations()[key], orig.get_observations()[key])
+        for key in ("move", "push"):
+            np.testing.assert_array_equal(ep.get_actions()[key], orig.get_actions()[key])

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from tests.envs.simple import DictSpacesEnv
 
 from envrunners.algorithms.ppo import PPOConfig
 from envrunners.algorithms.ppo.ppo_learner import Adam, PGLearner, PPOLearner, compute_gae
@@ -146,35 +146,6 @@ def test_build_batch_rejects_empty_input(setup):
     _, _, learner = setup
     with pytest.raises(ValueError, match="no env steps"):
         learner.build_batch([])
-
-
-class DictSpacesEnv(gym.Env):
-    """Dict observations and Dict actions (a Discrete and a Box leaf); 3-12 step episodes."""
-
-    observation_space = gym.spaces.Dict(
-        {
-            "pos": gym.spaces.Box(-5.0, 5.0, (2,), np.float32),
-            "t": gym.spaces.Box(0.0, 100.0, (1,), np.float32),
-        }
-    )
-    action_space = gym.spaces.Dict(
-        {"move": gym.spaces.Discrete(3), "push": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
-    )
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.pos = self.np_random.normal(size=2).astype(np.float32)
-        self.t, self.limit = 0, int(self.np_random.integers(3, 13))
-        return self._obs(), {}
-
-    def _obs(self):
-        return {"pos": self.pos.copy(), "t": np.array([self.t], np.float32)}
-
-    def step(self, action):
-        self.t += 1
-        self.pos = np.clip(self.pos + (int(action["move"]) - 1) * 0.3 + action["push"] * 0.1, -5, 5)
-        reward = -float(np.abs(self.pos).sum())
-        return self._obs(), reward, False, self.t >= self.limit, {}
 
 
 @pytest.mark.parametrize("learner_cls", [PPOLearner, PGLearner])

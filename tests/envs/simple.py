@@ -132,3 +132,33 @@ class SubEnvMarkedEnv(MarkedEnv):
 
     def _ends(self) -> bool:
         return self.t >= 3 + (self.index + self.episode) % 5
+
+
+class DictSpacesEnv(gym.Env):
+    """Dict observations and Dict actions (a Discrete and a Box leaf); 3-12 step episodes."""
+
+    observation_space = gym.spaces.Dict(
+        {
+            "pos": gym.spaces.Box(-5.0, 5.0, (2,), np.float32),
+            "t": gym.spaces.Box(0.0, 100.0, (1,), np.float32),
+        }
+    )
+    action_space = gym.spaces.Dict(
+        {"move": gym.spaces.Discrete(3), "push": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+    )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = self.np_random.normal(size=2).astype(np.float32)
+        self.t, self.limit = 0, int(self.np_random.integers(3, 13))
+        return self._obs(), {}
+
+    def _obs(self):
+        return {"pos": self.pos.copy(), "t": np.array([self.t], np.float32)}
+
+    def step(self, action):
+        self.t += 1
+        moved = self.pos + (int(action["move"]) - 1) * 0.3 + action["push"] * 0.1
+        self.pos = np.clip(moved, -5, 5).astype(np.float32)
+        reward = -float(np.abs(self.pos).sum())
+        return self._obs(), reward, False, self.t >= self.limit, {}

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from envrunners.core import _nested
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import OfflineDataError, OfflineInputNotFoundError
 from envrunners.policy.sample_batch import SampleBatch
@@ -106,6 +107,16 @@ def _datasets_root(root: str) -> Iterator[None]:
             os.environ["MINARI_DATASETS_PATH"] = old
 
 
+def _arrays(column: Any) -> Any:
+    """An episode column as numpy: one array, or a dict / tuple of them for nested spaces
+    (from nested arrays, or from a list of per-step dicts / tuples)."""
+    if isinstance(column, dict | tuple):
+        return _nested.map_structure(np.asarray, column)
+    if isinstance(column, list) and column and isinstance(column[0], dict | tuple):
+        return _nested.map_structure(lambda *items: np.stack(items), *column)
+    return np.asarray(column)
+
+
 def _infer_space(values: np.ndarray) -> Any:
     import gymnasium as gym
 
@@ -147,8 +158,9 @@ def write_minari(
         buffers.append(
             EpisodeBuffer(
                 id=i,
-                observations=np.asarray(ep.get_observations(slice(0, n + 1))),
-                actions=np.asarray(ep.get_actions()),
+                # (Dict / Tuple spaces: nested, one array per leaf, as Minari keeps them)
+                observations=_arrays(ep.get_observations(slice(0, n + 1))),
+                actions=_arrays(ep.get_actions()),
                 rewards=list(np.asarray(ep.get_rewards(), dtype=np.float64)),
                 terminations=list(terms),
                 truncations=list(truncs),
