@@ -222,8 +222,12 @@ def test_dqn_epsilon_follows_the_runners_timestep(ray_session):
             obs = np.concatenate([e.get_observations()[:-1] for e in episodes])
             actions = np.concatenate([e.get_actions() for e in episodes])
             with torch.no_grad():
-                out = runner.module.forward_inference({Columns.OBS: torch.from_numpy(obs)})
-            return float(np.mean(out[Columns.ACTIONS].numpy() == actions))
+                q = runner.module.compute_q_values({Columns.OBS: torch.from_numpy(obs)})
+            q = q["qf_preds"].numpy()
+            taken, best = q[np.arange(len(actions)), actions], q.max(axis=1)
+            # Greedy up to float32 rounding: the runner acted on batches of 2 rows, this
+            # forward runs all rows at once (a near-tie may flip between the two).
+            return float(np.mean(taken >= best - 1e-5 * (1.0 + np.abs(best))))
 
         assert greedy_share(10**6) == 1.0  # epsilon 0: every action greedy
         assert greedy_share(0) < 0.8  # epsilon ~1: about half the actions greedy
