@@ -361,6 +361,41 @@ class TestFrameStacking:
         started = [e for e in second if not e.is_done][0]
         np.testing.assert_array_equal(started.get_observations(0), [0.0, 1001.0])
 
+    @pytest.mark.parametrize("ready_first", [False, True])
+    def test_image_frames_match_a_per_sub_env_history(self, ready_first):
+        """(H, W, 1) frames, random episode starts (and random ready subsets): each row is
+        its own sub-env's last 3 frames, oldest first, zeros before its episode's first."""
+        rng = np.random.default_rng(0)
+        n, shape = 5, (6, 7, 1)
+        piece = FrameStackingEnvToModule(
+            gym.spaces.Box(0, 255, shape, np.uint8), None, num_frames=3
+        )
+        history = [[] for _ in range(n)]
+        for step in range(40):
+            ids = rng.permutation(n)[: rng.integers(1, n + 1)] if ready_first else np.arange(n)
+            obs = rng.integers(1, 255, (len(ids), *shape), dtype=np.uint8)
+            starts = np.ones(len(ids), bool) if step == 0 else rng.random(len(ids)) < 0.2
+            for j, i in enumerate(ids):
+                seen = [] if starts[j] or not history[i] else history[i]
+                history[i] = (seen + [obs[j, ..., 0]])[-3:]
+            out = piece(
+                batch={"obs": obs},
+                episodes=VectorEpisodes(
+                    obs,
+                    starts,
+                    np.zeros(len(ids)),
+                    np.zeros(len(ids), bool),
+                    None,
+                    None,
+                    ids if ready_first else None,
+                    n,
+                ),
+            )["obs"]
+            assert out.shape == (len(ids), 6, 7, 3) and out.dtype == np.uint8
+            for j, i in enumerate(ids):
+                zeros = [np.zeros((6, 7), np.uint8)] * (3 - len(history[i]))
+                np.testing.assert_array_equal(out[j], np.stack(zeros + history[i], axis=-1))
+
     def test_needs_episode_views(self):
         piece = FrameStackingEnvToModule(gym.spaces.Box(0, 1, (1,)), None, num_frames=2)
         with pytest.raises(ConnectorError, match="needs to know where each sub-env's episode"):

@@ -3,7 +3,7 @@
 As RLlib's piece: the observation space must be a ``Box`` whose last axis is 1
 (e.g. ``(84, 84, 1)`` grey frames); the output is ``(..., num_frames)``, oldest
 frame first, with zero frames before an episode's first observation. Here the
-frame history is kept per sub-env in one ``(N, ..., num_frames)`` array and
+frame history is kept per sub-env in one ``(N, num_frames, ...)`` array and
 cleared at each sub-env's episode start (``episodes.starts`` from the runner). A
 ready-first batch updates only its sub-envs' rows (``episodes.env_indices``).
 """
@@ -95,23 +95,27 @@ class FrameStackingEnvToModule(ConnectorV2):
 
     def __call__(self, *, batch: dict[str, Any], episodes: Any, **kwargs: Any) -> dict[str, Any]:
         """Shift the batch's sub-envs' histories by one frame, add the new one, clear at
-        starts."""
+        starts.
+
+        The history is kept frame-major, ``(N, num_frames, ...)``: shifting moves whole
+        frames, and the ``(..., num_frames)`` output is put together one frame at a time.
+        Along the last axis both would be element-by-element copies (~5x slower for
+        84x84 frames).
+        """
         obs = np.asarray(batch["obs"])
         starts = episode_starts(self, episodes, len(obs))
         ids, num_envs = sub_env_rows(episodes, len(obs))
-        shape = (num_envs, *obs.shape[1:-1])
-        frames = self._frames
-        if frames is None or frames.shape[:-1] != shape or frames.dtype != obs.dtype:
-            frames = self._frames = np.zeros((*shape, self.num_frames), obs.dtype)
-        rows = frames if ids is None else frames[ids]  # (a copy: written back below)
-        rows[..., :-1] = rows[..., 1:]
-        rows[starts] = 0
-        rows[..., -1] = obs[..., 0]
-        if ids is None:
-            batch["obs"] = rows.copy()
-        else:
-            frames[ids] = rows
-            batch["obs"] = rows
+        shape = (num_envs, self.num_frames, *obs.shape[1:-1])
+        history = self._frames
+        if history is None or history.shape != shape or history.dtype != obs.dtype:
+            history = self._frames = np.zeros(shape, obs.dtype)
+        planes = history if ids is None else history[ids]  # (a copy: written back below)
+        planes[:, :-1] = planes[:, 1:]
+        planes[starts] = 0
+        planes[:, -1] = obs[..., 0]
+        if ids is not None:
+            history[ids] = planes
+        batch["obs"] = np.stack([planes[:, j] for j in range(self.num_frames)], axis=-1)
         return batch
 
     def reset_state(self) -> None:
