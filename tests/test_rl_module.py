@@ -15,7 +15,7 @@ import torch
 from torch import distributions as td
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
-from envrunners.core import DEFAULT_MODULE_ID
+from envrunners.core import DEFAULT_MODULE_ID, _nested
 from envrunners.core.columns import Columns
 from envrunners.core.distributions import TorchCategorical
 from envrunners.core.rl_module.default_model_config import DefaultModelConfig
@@ -93,6 +93,39 @@ def test_fast_path_shapes_dtypes_and_consistency(obs, act, explore):
         np.testing.assert_array_equal(out[Columns.ACTION_LOGP], np.zeros(5, np.float32))
 
 
+@pytest.mark.parametrize("nested", ["dict", "tuple"])
+def test_nested_observations_take_the_numpy_layers_with_the_torch_numbers(nested):
+    """Dict/Tuple observations (Box, Discrete, MultiDiscrete, MultiBinary leaves) are
+    encoded on numpy (one-hot, concatenated) and run by the numpy layers: the same
+    distribution inputs and values as the torch forward."""
+    leaves = {
+        "pos": gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32),
+        "d": gym.spaces.Discrete(4, start=1),
+        "md": gym.spaces.MultiDiscrete([2, 3]),
+        "mb": gym.spaces.MultiBinary(2),
+    }
+    space = gym.spaces.Dict(leaves) if nested == "dict" else gym.spaces.Tuple(leaves.values())
+    torch.manual_seed(0)
+    module = DefaultTorchRLModule(
+        observation_space=space, action_space=gym.spaces.Discrete(3), model_config=SMALL
+    )
+    assert module._fast_plan()["numpy"] is not None
+    space.seed(0)
+    samples = [space.sample() for _ in range(6)]
+    batch = _nested.map_structure(lambda *xs: np.stack(xs), *samples)
+    out = module.compute_actions_numpy(batch, explore=True, with_values=True)
+    with torch.no_grad():
+        ref = module.forward_train({Columns.OBS: _nested.map_structure(torch.from_numpy, batch)})
+    np.testing.assert_allclose(
+        out[Columns.ACTION_DIST_INPUTS], ref[Columns.ACTION_DIST_INPUTS].numpy(), atol=1e-5
+    )
+    np.testing.assert_allclose(out[Columns.VF_PREDS], ref[Columns.VF_PREDS].numpy(), atol=1e-5)
+    encoded = module._obs_layout.encode_numpy(batch)
+    np.testing.assert_array_equal(
+        encoded, module._obs_layout.encode(_nested.map_structure(torch.from_numpy, batch)).numpy()
+    )
+
+
 def test_forward_methods_and_value_head_shapes():
     module = _module()
     batch = {Columns.OBS: torch.from_numpy(_obs("box", 7))}
@@ -157,8 +190,10 @@ def test_fast_path_is_reproducible_with_seed_and_generator():
 
 
 def test_fast_path_runs_under_inference_mode(monkeypatch):
-    # One-hot (Discrete) observations take the torch layers, not the numpy forward.
-    module, seen = _module(obs="discrete"), []
+    # An activation numpy has no ufunc for (elu) takes the torch layers, not the numpy
+    # forward.
+    module, seen = _module(obs="discrete", model_config={**SMALL, "fcnet_activation": "elu"}), []
+    assert module._fast_plan()["numpy"] is None
     real_linear = torch.nn.functional.linear
 
     def spy(*args, **kwargs):
@@ -199,7 +234,9 @@ def test_numpy_forward_equals_the_torch_layers(act, activation):
 
 def test_numpy_forward_only_where_numpy_can_run_it():
     assert _module(model_config={**SMALL, "fcnet_activation": "elu"})._fast_plan()["numpy"] is None
-    assert _module(obs="discrete")._fast_plan()["numpy"] is None  # one-hot input: torch
+    # One-hot and concatenated leaves are encoded on numpy, then the same numpy layers.
+    assert _module(obs="discrete")._fast_plan()["numpy"] is not None
+    assert _module(act="discrete", obs="box")._fast_plan()["encode_numpy"] is None
     double = _module().double()
     assert double._fast_plan()["numpy"] is None
     shared = _module(model_config={**SMALL, "vf_share_layers": True})

@@ -81,7 +81,8 @@ class _LeafEncoder:
         elif isinstance(space, gym.spaces.MultiDiscrete):
             self.kind, self.width = "multi_one_hot", int(space.nvec.sum())
             offsets = np.concatenate([[0], np.cumsum(space.nvec.ravel())[:-1]])
-            self.offsets = torch.as_tensor(offsets - space.start.ravel(), dtype=torch.int64)
+            self.offsets_np = (offsets - space.start.ravel()).astype(np.int64)
+            self.offsets = torch.as_tensor(self.offsets_np)
         elif isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
             self.kind = "flat"
             self.width = int(np.prod(space.shape)) if space.shape else 1
@@ -101,6 +102,21 @@ class _LeafEncoder:
             return out.scatter_(1, index, 1.0)
         x = obs.reshape(rows, -1)
         return x if x.dtype == torch.float32 else x.float()
+
+    def write_numpy(self, obs: Any, out: np.ndarray) -> None:
+        """What ``__call__`` returns, for numpy ``obs``, written into the ``(N, width)``
+        float32 ``out`` (the same numbers: one-hot, or the values cast to float32)."""
+        obs = np.asarray(obs)
+        rows = out.shape[0]
+        if self.kind == "flat":
+            out[:] = obs.reshape(rows, -1)
+            return
+        out[:] = 0.0
+        if self.kind == "one_hot":
+            out[np.arange(rows), obs.reshape(-1).astype(np.int64) - self.start] = 1.0
+        else:
+            index = obs.reshape(rows, -1).astype(np.int64) + self.offsets_np
+            out[np.arange(rows)[:, None], index] = 1.0
 
 
 class ObservationLayout:
@@ -140,6 +156,22 @@ class ObservationLayout:
                 f"{len(self.leaves)}."
             )
         return torch.cat([leaf(x) for leaf, x in zip(self.leaves, parts)], dim=-1)
+
+    def encode_numpy(self, obs: Any) -> np.ndarray:
+        """:meth:`encode` on numpy: ``(N, ...)`` observations (numpy, nested like the
+        space) -> the ``(N, in_dim)`` float32 encoder input (not for images)."""
+        parts = _nested.flatten(obs) if self.nested else [obs]
+        if len(parts) != len(self.leaves):
+            raise ValueError(
+                f"The observation has {len(parts)} leaves, its space {self.space!r} "
+                f"{len(self.leaves)}."
+            )
+        out = np.empty((len(np.asarray(parts[0])), self.in_dim), np.float32)
+        col = 0
+        for leaf, x in zip(self.leaves, parts, strict=True):
+            leaf.write_numpy(x, out[:, col : col + leaf.width])
+            col += leaf.width
+        return out
 
 
 def _as_tensor(x: Any, device: torch.device | None) -> torch.Tensor:

@@ -362,6 +362,9 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
             and isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.MultiBinary))
             and not self._obs_layout.image
         )
+        # Discrete, MultiDiscrete, Dict and Tuple observations: encoded on numpy (one-hot,
+        # concatenated leaves), then the same numpy layers as a flat Box's.
+        encoded_obs = cpu and not box_obs and not self._obs_layout.image
         has_vf_encoder = not self.inference_only and not self._share
         fast: dict[str, Any] = {
             "device": device,
@@ -376,7 +379,10 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
             "vf": None if self.inference_only else self._stack_runner(self.vf, cpu),
             "vf_encoder": self._stack_runner(self.vf_encoder, cpu) if has_vf_encoder else None,
             # Flat float input on CPU: the layers run on numpy (see NumpyForward).
-            "numpy": NumpyForward.build(self) if box_obs and kind != "multi" else None,
+            "numpy": (
+                NumpyForward.build(self) if (box_obs or encoded_obs) and kind != "multi" else None
+            ),
+            "encode_numpy": self._obs_layout.encode_numpy if encoded_obs else None,
         }
         if kind == "gaussian":
             k = int(space.shape[0])
@@ -426,6 +432,8 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
             # torch.from_numpy (the torch layers) needs writable memory; numpy does not.
             if obs.dtype != _FLOAT32 or (numpy_forward is None and not obs.flags.writeable):
                 obs = obs.astype(np.float32)
+        elif numpy_forward is not None:
+            obs = fast["encode_numpy"](obs)
         values = None
         if numpy_forward is not None:
             if with_values and numpy_forward.vf is None:
