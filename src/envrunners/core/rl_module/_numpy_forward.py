@@ -139,8 +139,10 @@ def _run_layers(layers: list, h: np.ndarray) -> np.ndarray:
 class NumpyForward:
     """The default module's acting forward (encoder, policy head, optional values) on numpy.
 
-    Built only for CPU float32 modules with flat (Box/MultiBinary) observations
-    whose stacks all have a numpy activation; see :class:`NumpyPlan` for why.
+    Built only for CPU float32 modules with non-image observations (flat Box/MultiBinary
+    as they are; Discrete, MultiDiscrete, Dict and Tuple encoded on numpy first, see
+    ``ObservationLayout.encode_numpy``) whose stacks all have a numpy activation; see
+    :class:`NumpyPlan` for why.
     """
 
     __slots__ = (
