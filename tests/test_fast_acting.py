@@ -95,6 +95,35 @@ def test_numpy_step_equals_torch_forward(share, prev_action, prev_reward, explor
         assert set(state) == {"actor", "critic"}
 
 
+@pytest.mark.parametrize("explore", [True, False])
+def test_numpy_step_equals_torch_forward_for_dict_observations(explore):
+    """Dict observations (Box, Discrete and MultiDiscrete leaves) are encoded on numpy
+    and stepped by the numpy LSTM: the torch forward's actions, outputs and states."""
+    space = gym.spaces.Dict(
+        {
+            "pos": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+            "d": gym.spaces.Discrete(4),
+            "md": gym.spaces.MultiDiscrete([2, 3]),
+        }
+    )
+    torch.manual_seed(0)
+    module = DefaultTorchRLModule(
+        observation_space=space,
+        action_space=gym.spaces.Discrete(3),
+        model_config={"fcnet_hiddens": [16], "use_lstm": True, "lstm_cell_size": 12},
+    )
+    space.seed(0)
+    state = ref_state = initial_state_batch(module, ROWS)
+    for step in range(3):
+        rows = [space.sample() for _ in range(ROWS)]
+        obs = {k: np.stack([r[k] for r in rows]) for k in space.spaces}
+        fast = act(module, obs, explore, state, generator=_seeded(step), with_values=True)
+        ref = _torch_act(module, obs, explore, ref_state, generator=_seeded(step), with_values=True)
+        assert isinstance(module._fast_recurrent, NumpyRecurrentForward)
+        _assert_same(fast, ref)
+        state, ref_state = fast[2], ref[2]
+
+
 def test_numpy_step_sees_weight_changes():
     """In-place updates show through the views; replaced storage rebuilds the step."""
     module = _module(vf_share_layers=False)

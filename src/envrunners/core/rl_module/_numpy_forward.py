@@ -266,7 +266,8 @@ class NumpyRecurrentForward:
     encoder and LSTM (``vf_share_layers=False``: RLlib records both in
     ``STATE_OUT``), and values on request. Previous actions (one-hot, Discrete
     actions) and rewards join the LSTM input as in the torch forward. Built only
-    for CPU float32 modules with flat observations and stacks numpy can run.
+    for CPU float32 modules with non-image observations (the encoder input: nested or
+    discrete ones encoded on numpy first) and stacks numpy can run.
     """
 
     __slots__ = (

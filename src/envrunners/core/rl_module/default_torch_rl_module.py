@@ -521,7 +521,7 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
 
         Returns:
             ``(actions, extra_model_outputs, state_out)``, or None where this module
-            has no numpy step (not CPU float32, non-flat observations, non-Discrete
+            has no numpy step (not CPU float32, image observations, non-Discrete
             actions, LayerNorm, or a ``prev_*`` input missing): act through torch then.
         """
         plan = self._fast_recurrent
@@ -529,7 +529,11 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
             plan = self._fast_recurrent = self._recurrent_plan()
         if plan is False:
             return None
-        if type(obs) is not np.ndarray:
+        if self._obs_layout.nested or not isinstance(
+            self.observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)
+        ):  # Dict/Tuple/Discrete observations: the encoder input, on numpy
+            obs = self._obs_layout.encode_numpy(obs)
+        elif type(obs) is not np.ndarray:
             obs = np.asarray(obs)
         if obs.dtype != np.float32:
             obs = obs.astype(np.float32)
@@ -555,9 +559,7 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
 
     def _recurrent_plan(self) -> NumpyRecurrentForward | bool:
         """The numpy LSTM step for this module, or False where it has none."""
-        space = self.observation_space
-        flat = isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary))
-        if not self._stateful or not flat or self._obs_layout.image:
+        if not self._stateful or self._obs_layout.image:
             return False
         return NumpyRecurrentForward.build(self) or False
 
