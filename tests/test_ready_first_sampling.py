@@ -737,12 +737,11 @@ def test_prev_actions_and_rewards_follow_their_sub_envs_ready_first():
             np.testing.assert_array_equal(_joined(sync[key], leaf), _joined(ready[key], leaf))
 
 
-def test_frame_stacking_restarts_with_a_failed_sub_env_ready_first(tmp_path):
-    """A sub-env that raises is recreated; its next episode's frames start from zeros."""
-    flag = str(tmp_path / "failed")
-    config = (
+def _frame_stacking_config(env, env_config=None):
+    """4 sub-envs on shared memory, ready-first 2, frames stacked by the 3-frame piece."""
+    return (
         AlgorithmConfig()
-        .environment(FailingEnv, env_config={"fail_at_step": 7, "flag_file": flag})
+        .environment(env, env_config=env_config or {})
         .env_runners(
             num_envs_per_env_runner=4,
             gym_env_vectorize_mode="shared_memory",
@@ -751,9 +750,16 @@ def test_frame_stacking_restarts_with_a_failed_sub_env_ready_first(tmp_path):
                 num_frames=3
             ),
         )
-        .fault_tolerance(restart_failed_sub_environments=True)
     )
-    runner = SingleAgentEnvRunner(config=config)
+
+
+def test_frame_stacking_restarts_with_a_failed_sub_env_ready_first(tmp_path):
+    """A sub-env that raises is recreated; its next episode's frames start from zeros."""
+    flag = str(tmp_path / "failed")
+    config = _frame_stacking_config(FailingEnv, {"fail_at_step": 7, "flag_file": flag})
+    runner = SingleAgentEnvRunner(
+        config=config.fault_tolerance(restart_failed_sub_environments=True)
+    )
     try:
         episodes = [e for _ in range(3) for e in runner.sample(num_timesteps=40)]
     finally:
@@ -786,18 +792,7 @@ def test_auto_overlap_times_the_forward_on_what_the_pipeline_makes():
 
 
 def test_frame_stacking_follows_its_sub_envs_ready_first_on_shared_memory():
-    config = (
-        AlgorithmConfig()
-        .environment(SubEnvMarkedEnv)
-        .env_runners(
-            num_envs_per_env_runner=4,
-            gym_env_vectorize_mode="shared_memory",
-            ready_first_batch_size=2,
-            env_to_module_connector=lambda env, spaces, device: FrameStackingEnvToModule(
-                num_frames=3
-            ),
-        )
-    )
+    config = _frame_stacking_config(SubEnvMarkedEnv)
     runner = SingleAgentEnvRunner(config=config)
     try:
         assert runner.env.is_async
