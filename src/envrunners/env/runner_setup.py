@@ -370,9 +370,9 @@ def build_connectors(
     device)``), then the observation filter (``observation_filter``). Module-to-env:
     the user's pieces (``config.module_to_env_connector(env, spaces)``), then, with
     ``add_default_connectors_to_module_to_env_pipeline`` (default True),
-    ``NormalizeAndClipActions`` for an action space with a Box leaf, as RLlib appends it. RLlib's
-    other default pieces (batching, tensors, ``GetActions``) are what the sampler
-    and ``_acting.act`` do themselves, so no piece stands for them.
+    ``NormalizeAndClipActions`` for an action space with a Box leaf, as RLlib appends
+    it. RLlib's other default pieces (batching, tensors, ``GetActions``) are what the
+    sampler and ``_acting.act`` do themselves, so no piece stands for them.
 
     Args:
         spaces: Passed to the user's functions: ``{"__env__": (obs, act) of the
