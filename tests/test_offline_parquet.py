@@ -280,3 +280,45 @@ def test_new_stack_offline_config_keys():
     assert defaults.input_compress_columns == ["obs", "new_obs"]
     with pytest.raises(ConfigError, match="output_max_rows_per_file"):
         PPOConfig().offline_data(output_max_rows_per_file=0)
+
+
+def test_dict_spaces_write_as_rows_and_episodes(tmp_path):
+    """Dict observations and actions: one row per step (a column per leaf), or whole
+    episodes that read back nested."""
+    from tests.envs.simple import DictSpacesEnv
+
+    from envrunners.algorithms.algorithm_config import AlgorithmConfig
+    from envrunners.core.rl_module.rl_module import RLModuleSpec
+    from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = (
+        AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
+        .environment(DictSpacesEnv)
+        .env_runners(num_envs_per_env_runner=2)
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        episodes = runner.sample(num_episodes=3)
+    finally:
+        runner.stop()
+    steps = sum(len(e) for e in episodes)
+    rows = ParquetEpisodeWriter(str(tmp_path / "rows"), write_episodes=False)
+    rows.write(episodes)
+    rows.close()
+    table = pq.read_table(rows.published_files[0])
+    assert table.num_rows == steps
+    assert {"obs.pos", "obs.t", "actions.move", "actions.push", "new_obs.pos"} <= set(
+        table.column_names
+    )
+    np.testing.assert_array_equal(
+        np.concatenate([e.get_actions()["move"] for e in episodes]),
+        table.column("actions.move").to_numpy(),
+    )
+    whole = ParquetEpisodeWriter(str(tmp_path / "episodes"), write_episodes=True)
+    whole.write(episodes)
+    whole.close()
+    back = list(read_parquet_episodes(str(tmp_path / "episodes")))
+    for ep, orig in zip(back, episodes, strict=True):
+        np.testing.assert_array_equal(ep.get_observations()["pos"], orig.get_observations()["pos"])
+        np.testing.assert_array_equal(ep.get_actions()["push"], orig.get_actions()["push"])

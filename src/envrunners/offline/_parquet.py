@@ -203,7 +203,7 @@ def _steps_to_rows_table(steps: list[tuple]) -> Any:
     obs, new_obs, cols = [], [], {}
     eps_ids, lengths, terms, truncs = [], [], [], []
     for id_, o, actions, rewards, extras, terminated, truncated in steps:
-        n = len(actions)
+        n = len(rewards)  # (actions may be a dict / tuple of arrays: Dict / Tuple spaces)
         obs.append(o[:-1] if not isinstance(o, dict | tuple) else _tree_slice(o, 0, n))
         new_obs.append(o[1:] if not isinstance(o, dict | tuple) else _tree_slice(o, 1, n + 1))
         cols.setdefault("actions", []).append(actions)
