@@ -13,7 +13,6 @@ the ``overlap_inference="auto"`` rule.
 
 from __future__ import annotations
 
-import os
 import types
 
 import gymnasium as gym
@@ -21,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
-from tests.envs.simple import FailingEnv, SubEnvMarkedEnv
+from tests.envs.simple import SubEnvMarkedEnv
 from torch import nn
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
@@ -737,11 +736,11 @@ def test_prev_actions_and_rewards_follow_their_sub_envs_ready_first():
             np.testing.assert_array_equal(_joined(sync[key], leaf), _joined(ready[key], leaf))
 
 
-def _frame_stacking_config(env, env_config=None):
+def _frame_stacking_config(env):
     """4 sub-envs on shared memory, ready-first 2, frames stacked by the 3-frame piece."""
     return (
         AlgorithmConfig()
-        .environment(env, env_config=env_config or {})
+        .environment(env)
         .env_runners(
             num_envs_per_env_runner=4,
             gym_env_vectorize_mode="shared_memory",
@@ -751,26 +750,6 @@ def _frame_stacking_config(env, env_config=None):
             ),
         )
     )
-
-
-def test_frame_stacking_restarts_with_a_failed_sub_env_ready_first(tmp_path):
-    """A sub-env that raises is recreated; its next episode's frames start from zeros."""
-    flag = str(tmp_path / "failed")
-    config = _frame_stacking_config(FailingEnv, {"fail_at_step": 7, "flag_file": flag})
-    runner = SingleAgentEnvRunner(
-        config=config.fault_tolerance(restart_failed_sub_environments=True)
-    )
-    try:
-        episodes = [e for _ in range(3) for e in runner.sample(num_timesteps=40)]
-    finally:
-        runner.stop()
-    assert os.path.exists(flag)  # one sub-env failed
-    for e in episodes:  # CountingEnv: the newest frame is the step within its episode
-        obs = e.get_observations()
-        t = np.arange(e.t_started, e.t_started + len(obs), dtype=np.float32)
-        np.testing.assert_array_equal(obs[:, -1], t)
-        for k in (1, 2):  # older frames: the episode's earlier steps, zeros before its start
-            np.testing.assert_array_equal(obs[:, -1 - k], np.maximum(t - k, 0))
 
 
 def test_auto_overlap_times_the_forward_on_what_the_pipeline_makes():
