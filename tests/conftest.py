@@ -1,4 +1,5 @@
-"""Shared fixtures: one real local Ray session for the integration tests."""
+"""Shared fixtures: one real local Ray session for the integration tests, and episodes
+with Dict observations and actions."""
 
 from __future__ import annotations
 
@@ -41,3 +42,26 @@ def _fresh_failure_log():
 
     FAILURE_LOG.reset()
     yield
+
+
+@pytest.fixture
+def dict_space_episodes():
+    """Three finished episodes of ``DictSpacesEnv`` (Dict observations and actions),
+    sampled by a local runner with the default module."""
+    from tests.envs.simple import DictSpacesEnv
+
+    from envrunners.algorithms.algorithm_config import AlgorithmConfig
+    from envrunners.core.rl_module.rl_module import RLModuleSpec
+    from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = (
+        AlgorithmConfig()
+        .rl_module(rl_module_spec=RLModuleSpec())
+        .environment(DictSpacesEnv)
+        .env_runners(num_envs_per_env_runner=2)
+    )
+    runner = SingleAgentEnvRunner(config=config)
+    try:
+        return runner.sample(num_episodes=3)
+    finally:
+        runner.stop()

@@ -125,25 +125,12 @@ def test_convert_cli_subprocess(minari_dir, tmp_path):
     assert bad.returncode == 1 and "allow_pickle=True" in bad.stderr
 
 
-def test_write_minari_keeps_dict_observations_and_actions(tmp_path):
+def test_write_minari_keeps_dict_observations_and_actions(tmp_path, dict_space_episodes):
     from tests.envs.simple import DictSpacesEnv
 
-    from envrunners.algorithms.algorithm_config import AlgorithmConfig
-    from envrunners.core.rl_module.rl_module import RLModuleSpec
-    from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
     from envrunners.offline.minari_io import read_minari_episodes, write_minari
 
-    config = (
-        AlgorithmConfig()
-        .rl_module(rl_module_spec=RLModuleSpec())
-        .environment(DictSpacesEnv)
-        .env_runners(num_envs_per_env_runner=2)
-    )
-    runner = SingleAgentEnvRunner(config=config)
-    try:
-        episodes = runner.sample(num_episodes=3)
-    finally:
-        runner.stop()
+    episodes = dict_space_episodes
     path = write_minari(episodes, str(tmp_path), "test/dict-spaces-v0")
     back = list(read_minari_episodes(path))
     assert len(back) == 3

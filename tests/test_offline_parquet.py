@@ -282,26 +282,10 @@ def test_new_stack_offline_config_keys():
         PPOConfig().offline_data(output_max_rows_per_file=0)
 
 
-def test_dict_spaces_write_as_rows_and_episodes(tmp_path):
+def test_dict_spaces_write_as_rows_and_episodes(tmp_path, dict_space_episodes):
     """Dict observations and actions: one row per step (a column per leaf), or whole
     episodes that read back nested."""
-    from tests.envs.simple import DictSpacesEnv
-
-    from envrunners.algorithms.algorithm_config import AlgorithmConfig
-    from envrunners.core.rl_module.rl_module import RLModuleSpec
-    from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
-
-    config = (
-        AlgorithmConfig()
-        .rl_module(rl_module_spec=RLModuleSpec())
-        .environment(DictSpacesEnv)
-        .env_runners(num_envs_per_env_runner=2)
-    )
-    runner = SingleAgentEnvRunner(config=config)
-    try:
-        episodes = runner.sample(num_episodes=3)
-    finally:
-        runner.stop()
+    episodes = dict_space_episodes
     steps = sum(len(e) for e in episodes)
     rows = ParquetEpisodeWriter(str(tmp_path / "rows"), write_episodes=False)
     rows.write(episodes)
