@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["flatten", "map_structure", "paths", "unflatten_as"]
+import numpy as np
+
+__all__ = ["as_arrays", "flatten", "map_structure", "paths", "unflatten_as"]
 
 
 def flatten(structure: Any) -> list[Any]:
@@ -54,3 +56,15 @@ def map_structure(fn: Callable[..., Any], structure: Any, *others: Any) -> Any:
         built = [map_structure(fn, v, *(o[i] for o in others)) for i, v in enumerate(structure)]
         return built if isinstance(structure, list) else tuple(built)
     return fn(structure, *others)
+
+
+def as_arrays(column: Any) -> Any:
+    """An episode column as (nested) numpy arrays with a leading time axis.
+
+    A not-yet-numpy episode returns a list of per-step items (nested for Dict / Tuple
+    spaces or LSTM states), stacked here leaf by leaf; a numpy one already returns
+    (nested) arrays, each leaf taken as an array.
+    """
+    if isinstance(column, list):
+        return map_structure(lambda *items: np.stack(items), *column)
+    return map_structure(np.asarray, column)

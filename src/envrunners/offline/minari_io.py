@@ -107,16 +107,6 @@ def _datasets_root(root: str) -> Iterator[None]:
             os.environ["MINARI_DATASETS_PATH"] = old
 
 
-def _arrays(column: Any) -> Any:
-    """An episode column as numpy: one array, or a dict / tuple of them for nested spaces
-    (from nested arrays, or from a list of per-step dicts / tuples)."""
-    if isinstance(column, dict | tuple):
-        return _nested.map_structure(np.asarray, column)
-    if isinstance(column, list) and column and isinstance(column[0], dict | tuple):
-        return _nested.map_structure(lambda *items: np.stack(items), *column)
-    return np.asarray(column)
-
-
 def _infer_space(values: np.ndarray) -> Any:
     import gymnasium as gym
 
@@ -159,8 +149,8 @@ def write_minari(
             EpisodeBuffer(
                 id=i,
                 # (Dict / Tuple spaces: nested, one array per leaf, as Minari keeps them)
-                observations=_arrays(ep.get_observations(slice(0, n + 1))),
-                actions=_arrays(ep.get_actions()),
+                observations=_nested.as_arrays(ep.get_observations(slice(0, n + 1))),
+                actions=_nested.as_arrays(ep.get_actions()),
                 rewards=list(np.asarray(ep.get_rewards(), dtype=np.float64)),
                 terminations=list(terms),
                 truncations=list(truncs),

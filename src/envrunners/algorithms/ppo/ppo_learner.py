@@ -290,14 +290,14 @@ class PPOLearner:
         obs_parts, state_parts = [], []
         prev_parts: dict[str, list] = {key: [] for key, _ in prev_keys}
         for episode, n in zip(chunks, lengths):
-            obs_parts.append(_stacked(episode.get_observations()))
+            obs_parts.append(_nested.as_arrays(episode.get_observations()))
             for key, getter in prev_keys:
                 prev_parts[key].append(_previous(episode, getattr(episode, getter)))
             if Columns.STATE_OUT in episode.extra_model_outputs:
-                outs = _stacked(episode.get_extra_model_outputs(Columns.STATE_OUT))
+                outs = _nested.as_arrays(episode.get_extra_model_outputs(Columns.STATE_OUT))
                 before = initial
                 if episode.t_started > 0:
-                    before = _stacked(
+                    before = _nested.as_arrays(
                         episode.get_extra_model_outputs(
                             Columns.STATE_OUT, indices=-1, neg_index_as_lookback=True
                         )
@@ -559,21 +559,10 @@ class PGLearner(PPOLearner):
 
 
 # ---------------------------------------------------------------------- helpers
-def _stacked(column: Any) -> Any:
-    """An episode column as nested numpy arrays with a leading time axis.
-
-    A not-yet-numpy episode returns a list of per-step items (nested for Dict
-    observations or LSTM states); a numpy one already returns nested arrays.
-    """
-    if isinstance(column, list):
-        return _nested.map_structure(lambda *items: np.stack(items), *column)
-    return _nested.map_structure(np.asarray, column)
-
-
 def _joined(columns: list[Any]) -> Any:
     """Episode columns (one per chunk; nested for Dict / Tuple spaces) joined along time."""
     return _nested.map_structure(
-        lambda *parts: np.concatenate(parts), *[_stacked(c) for c in columns]
+        lambda *parts: np.concatenate(parts), *[_nested.as_arrays(c) for c in columns]
     )
 
 
@@ -658,9 +647,9 @@ def _previous(episode: Any, getter: Any) -> Any:
     Position 0 gets the lookback's last one when the chunk continues an episode, else
     zeros (an episode's first step has none); position ``p`` gets step ``p - 1``'s.
     """
-    values = _stacked(getter())
+    values = _nested.as_arrays(getter())
     if episode.t_started > 0:
-        before = _stacked(getter(-1, neg_index_as_lookback=True, fill=0))
+        before = _nested.as_arrays(getter(-1, neg_index_as_lookback=True, fill=0))
     else:
         before = _nested.map_structure(lambda v: np.zeros_like(v[0]), values)
     return _nested.map_structure(
