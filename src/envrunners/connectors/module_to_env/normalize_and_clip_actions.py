@@ -17,6 +17,8 @@ import gymnasium as gym
 import numpy as np
 
 from envrunners.connectors.connector_v2 import ConnectorV2
+from envrunners.core import _nested
+from envrunners.core.rl_module._space_layout import space_structure
 
 __all__ = ["NormalizeAndClipActions", "has_box_leaf"]
 
@@ -31,13 +33,9 @@ class _BoxBounds:
     dtype: Any
 
 
-def _leaf_plan(space: gym.Space | None, normalize: bool, clip: bool) -> Any:
-    """Per leaf of ``space``: its ``_BoxBounds`` for a ``Box`` to unsquash or clip, None for
-    a leaf that passes through (nested like ``Dict`` / ``Tuple`` spaces)."""
-    if isinstance(space, gym.spaces.Dict):
-        return {k: _leaf_plan(s, normalize, clip) for k, s in space.spaces.items()}
-    if isinstance(space, gym.spaces.Tuple):
-        return tuple(_leaf_plan(s, normalize, clip) for s in space.spaces)
+def _box_bounds(space: gym.Space, normalize: bool, clip: bool) -> _BoxBounds | None:
+    """A leaf's ``_BoxBounds`` for a ``Box`` to unsquash or clip; None for a leaf that
+    passes through."""
     if not isinstance(space, gym.spaces.Box) or not (normalize or clip):
         return None
     low, high = space.low.astype(np.float64), space.high.astype(np.float64)
@@ -47,27 +45,11 @@ def _leaf_plan(space: gym.Space | None, normalize: bool, clip: bool) -> Any:
 
 def has_box_leaf(space: gym.Space | None) -> bool:
     """Whether ``space`` is a ``Box`` or a ``Dict`` / ``Tuple`` space with one inside."""
-    if isinstance(space, gym.spaces.Dict):
-        return any(has_box_leaf(s) for s in space.spaces.values())
-    if isinstance(space, gym.spaces.Tuple):
-        return any(has_box_leaf(s) for s in space.spaces)
-    return isinstance(space, gym.spaces.Box)
+    return any(isinstance(s, gym.spaces.Box) for s in _nested.flatten(space_structure(space)))
 
 
-def _acts_on_some_leaf(plan: Any) -> bool:
-    if isinstance(plan, dict):
-        return any(_acts_on_some_leaf(p) for p in plan.values())
-    if isinstance(plan, tuple):
-        return any(_acts_on_some_leaf(p) for p in plan)
-    return plan is not None
-
-
-def _for_env(plan: Any, actions: Any, clip: bool) -> Any:
-    """``actions`` (nested like ``plan``) with each planned Box leaf unsquashed or clipped."""
-    if isinstance(plan, dict):
-        return {k: _for_env(p, actions[k], clip) for k, p in plan.items()}
-    if isinstance(plan, tuple):
-        return tuple(_for_env(p, a, clip) for p, a in zip(plan, actions, strict=True))
+def _for_env(plan: _BoxBounds | None, actions: Any, clip: bool) -> Any:
+    """One leaf's env actions: unsquashed or clipped by its ``plan`` (None: as they are)."""
     if plan is None:
         return actions
     a = np.asarray(actions, dtype=np.float64)
@@ -110,8 +92,12 @@ class NormalizeAndClipActions(ConnectorV2):
 
     def recompute_output_action_space(self, input_observation_space, input_action_space):
         """Unchanged; prepares the bounds for the call."""
-        self._plan = _leaf_plan(input_action_space, self.normalize_actions, self.clip_actions)
-        self._active = _acts_on_some_leaf(self._plan)
+        # Per leaf of the space (nested like ``Dict`` / ``Tuple`` spaces).
+        self._plan = _nested.map_structure(
+            lambda leaf: _box_bounds(leaf, self.normalize_actions, self.clip_actions),
+            space_structure(input_action_space),
+        )
+        self._active = any(p is not None for p in _nested.flatten(self._plan))
         return input_action_space
 
     def __call__(self, *, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
@@ -120,5 +106,7 @@ class NormalizeAndClipActions(ConnectorV2):
         if not self._active:
             batch["actions_for_env"] = actions
             return batch
-        batch["actions_for_env"] = _for_env(self._plan, actions, self.clip_actions)
+        batch["actions_for_env"] = _nested.map_structure(
+            lambda plan, leaf: _for_env(plan, leaf, self.clip_actions), self._plan, actions
+        )
         return batch
