@@ -125,6 +125,9 @@ class ObservationLayout:
     Attributes:
         image: The space is an image; :meth:`encode` returns it unchanged (the CNN casts).
         nested: The space is a ``Dict``/``Tuple``; observations are nested too.
+        flat: The space is a non-image ``Box``/``MultiBinary``: each observation,
+            flattened, already is the encoder input (others are encoded: one-hot,
+            leaves concatenated).
         in_dim: Width of the flat encoding (``None`` for images).
     """
 
@@ -132,6 +135,7 @@ class ObservationLayout:
         self.space = space
         self.image = is_image_space(space)
         self.nested = isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+        self.flat = isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)) and not self.image
         if self.image:
             self.leaves: list[_LeafEncoder] = []
             self.in_dim: int | None = None

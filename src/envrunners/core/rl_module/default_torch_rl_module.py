@@ -357,11 +357,7 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
         cpu = device.type == "cpu"
         space = self.action_space
         kind = self._act_layout.kind
-        box_obs = (
-            cpu
-            and isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.MultiBinary))
-            and not self._obs_layout.image
-        )
+        box_obs = cpu and self._obs_layout.flat
         # Discrete, MultiDiscrete, Dict and Tuple observations: encoded on numpy (one-hot,
         # concatenated leaves), then the same numpy layers as a flat Box's.
         encoded_obs = cpu and not box_obs and not self._obs_layout.image
@@ -529,9 +525,7 @@ class DefaultTorchRLModule(TorchRLModule, ValueFunctionAPI):
             plan = self._fast_recurrent = self._recurrent_plan()
         if plan is False:
             return None
-        if self._obs_layout.nested or not isinstance(
-            self.observation_space, (gym.spaces.Box, gym.spaces.MultiBinary)
-        ):  # Dict/Tuple/Discrete observations: the encoder input, on numpy
+        if not self._obs_layout.flat:  # Dict/Tuple/Discrete: the encoder input, on numpy
             obs = self._obs_layout.encode_numpy(obs)
         elif type(obs) is not np.ndarray:
             obs = np.asarray(obs)
