@@ -64,7 +64,6 @@ class ConnectorPipelineV2(ConnectorV2):
     """
 
     reads_episodes = False  # recomputed from the pieces in _rewire
-    supports_ready_first = True  # likewise
 
     def __init__(
         self,
@@ -92,7 +91,12 @@ class ConnectorPipelineV2(ConnectorV2):
         self._pass_spaces(self.input_observation_space, self.input_action_space)
         self._calls = [(c, accepted_keywords(c)) for c in self.connectors]
         self.reads_episodes = any(getattr(c, "reads_episodes", True) for c in self.connectors)
-        self.supports_ready_first = not self.pieces_refusing_ready_first()
+
+    @property
+    def supports_ready_first(self) -> bool:  # type: ignore[override]
+        """Whether every piece that reads ``episodes`` takes ready-first batches (read
+        from the pieces each time: a piece's own flag may be set after it was added)."""
+        return not self.pieces_refusing_ready_first()
 
     def pieces_refusing_ready_first(self) -> list[ConnectorV2]:
         """The pieces that read ``episodes`` but cannot take a ready-first batch."""
