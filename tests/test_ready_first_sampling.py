@@ -168,11 +168,16 @@ def walk_act(obs, explore, t):
 
 
 def counting_act(obs, explore, t, state, extra_inputs):
-    """Stateful: the state counts each sub-env's steps; the action is the angle rule."""
+    """Stateful: the state counts each sub-env's steps (and, nested, minus the steps,
+    where it has that leaf); the action is the angle rule."""
     actions, extras = angle_act(obs, explore, t)
     extras["count_in"] = state["count"][:, 0].copy()
     extras["prev_a_seen"] = extra_inputs["prev_actions"].copy()
-    return actions, extras, {"count": state["count"] + 1}
+    state_out = {"count": state["count"] + 1}
+    if "nested" in state:
+        extras["minus_in"] = state["nested"]["minus"][:, 0].copy()
+        state_out["nested"] = {"minus": state["nested"]["minus"] - 1}
+    return actions, extras, state_out
 
 
 def envpool_env(n, batch, seed):
@@ -339,9 +344,8 @@ def test_recurrent_state_rows_follow_their_sub_envs():
     out = []
     for batch in (None, 2):
         sampler = make_sampler(envpool_env(5, batch, 5))
-        sampler.recurrent = RecurrentState(
-            {"count": np.zeros(1, np.float32)}, 5, prev_action_example=np.int64(0)
-        )
+        initial = {"count": np.zeros(1, np.float32), "nested": {"minus": np.zeros(1, np.int64)}}
+        sampler.recurrent = RecurrentState(initial, 5, prev_action_example=np.int64(0))
         sampler.recurrent.reset()
         try:
             eps = collect(sampler, 6, 120, counting_act)
@@ -351,14 +355,19 @@ def test_recurrent_state_rows_follow_their_sub_envs():
             for e in env_eps:
                 count_in = np.concatenate([x["count_in"] for x in e["extras"]])
                 np.testing.assert_array_equal(count_in, np.arange(e["len"]))
+                minus_in = np.concatenate([x["minus_in"] for x in e["extras"]])
+                np.testing.assert_array_equal(minus_in, -np.arange(e["len"]))
+                # Every leaf of the recorded state out, nested ones too.
                 state_out = np.concatenate([x[SO]["count"] for x in e["extras"]])
                 np.testing.assert_array_equal(state_out[:, 0], np.arange(1, e["len"] + 1))
+                minus_out = np.concatenate([x[SO]["nested"]["minus"] for x in e["extras"]])
+                np.testing.assert_array_equal(minus_out[:, 0], -np.arange(1, e["len"] + 1))
                 prev_a = np.concatenate([x["prev_a_seen"] for x in e["extras"]])
                 actions = np.concatenate(e["actions"])
                 np.testing.assert_array_equal(prev_a[1:], actions[:-1])
                 assert prev_a[0] == 0
         out.append(eps)
-    assert_same_trajectories(*out, extras=("vf_preds", "count_in", SO))
+    assert_same_trajectories(*out, extras=("vf_preds", "count_in", "minus_in", SO))
 
 
 class CountingAngleModule(TorchRLModule):

@@ -477,7 +477,6 @@ class SingleAgentSampler:
         # again when ``_capacity`` replaces the arrays; the output columns' writes.
         flat_rewards, flat_terms, flat_truncs, flat_obs, write_obs = self._flat_step_columns()
         writes: _OutputWrites | None = None
-        plannable = True  # False: a nested output column (written through its buffer)
         while send_failed or ((eps < target) if episode_mode else (ts < target)):
             results = ENV_STEP_FAILURE if send_failed else recv_fn()
             send_failed = False
@@ -611,9 +610,7 @@ class SingleAgentSampler:
                 writes.write(new_cells, actions, extras)
             else:
                 self._write_outputs_at(new_cells, actions, extras)
-                if plannable:
-                    writes = _OutputWrites.plan(self, extras)
-                    plannable = writes is not None
+                writes = _OutputWrites.plan(self, extras)
             if self.check_fn is not None:
                 check, self.check_fn = self.check_fn, None
                 check(raw_obs, env_actions)
@@ -996,37 +993,63 @@ class _Blocks:
 
 class _OutputWrites:
     """The ready-first loop's writes of a batch's actions and extra outputs: one fancy
-    assignment per column into its flat view (``ColumnBuffer.cells``), without the
-    buffer lookups of ``_write_outputs_at``. Valid while the columns keep their arrays
-    (until ``_capacity`` grows them) and the outputs their keys."""
+    assignment per column leaf into its flat view (``ColumnBuffer.cells``), without the
+    buffer lookups and tree walks of ``_write_outputs_at``. Valid while the columns keep
+    their arrays (until ``_capacity`` grows them) and the outputs their keys."""
 
     __slots__ = ("keys", "actions", "columns")
 
     def __init__(self, keys: frozenset, actions: Callable, columns: tuple):
         self.keys = keys
         self.actions = actions
-        self.columns = columns  # (key, cell_writer of its flat view)
+        self.columns = columns  # (key, writer of its flat view)
 
     @classmethod
-    def plan(cls, sampler: SingleAgentSampler, extras: dict) -> _OutputWrites | None:
+    def plan(cls, sampler: SingleAgentSampler, extras: dict) -> _OutputWrites:
         """The writes into ``sampler``'s columns for outputs keyed like ``extras`` (after
-        ``_write_outputs_at`` made the columns); None if a column is nested."""
-        actions = sampler._actions.cells()
-        columns = tuple((key, sampler._extras[key].cells()) for key in extras)
-        if type(actions) is not np.ndarray or any(type(c) is not np.ndarray for _, c in columns):
-            return None
-        columns = tuple((key, cell_writer(column)) for key, column in columns)
-        return cls(frozenset(extras), cell_writer(actions), columns)
+        ``_write_outputs_at`` made the columns)."""
+        columns = tuple((key, _leaf_writer(sampler._extras[key].cells())) for key in extras)
+        return cls(frozenset(extras), _leaf_writer(sampler._actions.cells()), columns)
 
     def fits(self, extras: dict) -> bool:
         """Whether ``extras`` has the planned keys."""
         return extras.keys() == self.keys
 
-    def write(self, cells: np.ndarray, actions: np.ndarray, extras: dict) -> None:
+    def write(self, cells: np.ndarray, actions: Any, extras: dict) -> None:
         """Write row ``j`` of the actions and of each output at cell ``cells[j]``."""
         self.actions(cells, actions)
         for key, write in self.columns:
             write(cells, extras[key])
+
+
+def _leaf_writer(flat: Any) -> Callable[[np.ndarray, Any], None]:
+    """``write(cells, value)`` into a column's flat view (see ``ColumnBuffer.cells``): its
+    ``cell_writer``, or for a nested column (a stateful module's ``state_out``, Dict
+    actions) one per leaf, each given the value's leaf at the same path."""
+    if type(flat) is np.ndarray:
+        return cell_writer(flat)
+    leaves: list[tuple[tuple, Callable]] = []
+
+    def collect(node: Any, path: tuple) -> None:
+        if isinstance(node, dict):
+            for key, child in node.items():
+                collect(child, (*path, key))
+        elif isinstance(node, tuple | list):
+            for i, child in enumerate(node):
+                collect(child, (*path, i))
+        else:
+            leaves.append((path, cell_writer(node)))
+
+    collect(flat, ())
+
+    def write(cells: np.ndarray, value: Any) -> None:
+        for path, write_leaf in leaves:
+            leaf = value
+            for key in path:
+                leaf = leaf[key]
+            write_leaf(cells, leaf)
+
+    return write
 
 
 def _to_env_major(data: Any, rows: int) -> Any:
