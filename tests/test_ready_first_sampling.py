@@ -823,6 +823,74 @@ def test_auto_overlap_measures_and_decides_at_runner_start():
         runner.stop()
 
 
+def _auto_runner(monkeypatch, spec, rule, rates=None):
+    """A runner under ``overlap_inference="auto"`` whose rule says ``rule``; with ``rates``,
+    the two sampler timings of a stateful module return them (stepping all sub-envs,
+    ready-first) after really running."""
+    import envrunners.env.single_agent_env_runner as runner_module
+
+    monkeypatch.setattr(runner_module, "decide_overlap", lambda *args: rule)
+    if rates is not None:
+        scripted, real = iter(rates), SingleAgentEnvRunner._sampling_rate
+
+        def sampling_rate(self, *args, **kwargs):
+            assert real(self, *args, **kwargs) > 0
+            return next(scripted)
+
+        monkeypatch.setattr(SingleAgentEnvRunner, "_sampling_rate", sampling_rate)
+    return make_runner(4, spec, overlap_inference="auto")
+
+
+@pytest.mark.parametrize("rates", [(1000.0, 2000.0), (2000.0, 1000.0)])
+def test_auto_overlap_times_sampling_both_ways_for_a_stateful_module(monkeypatch, rates):
+    pytest.importorskip("envpool")
+    spec = RLModuleSpec(module_class=CountingAngleModule)
+    runner = _auto_runner(monkeypatch, spec, True, rates)
+    try:
+        ready_first = rates[1] > rates[0]
+        assert runner._overlap_rates == rates
+        assert runner.env.is_async == ready_first
+        assert runner._ready_batch == (2 if ready_first else None)
+        # The timed runs left nothing behind: every sub-env starts an episode at its
+        # first step, from the initial state.
+        eps = runner.sample(num_timesteps=40)
+        assert 40 <= sum(len(e) for e in eps) <= 43
+        for e in eps:
+            assert e.t_started == 0
+            count = e.get_extra_model_outputs("count_in").reshape(-1)
+            np.testing.assert_array_equal(count, np.arange(len(e)))
+    finally:
+        runner.stop()
+
+
+def test_auto_overlap_times_sampling_only_for_stateful_modules(monkeypatch):
+    pytest.importorskip("envpool")
+    runner = _auto_runner(monkeypatch, RLModuleSpec(module_class=AngleModule), True)
+    try:
+        assert runner._overlap_rates is None and runner.env.is_async
+    finally:
+        runner.stop()
+
+
+def test_auto_overlap_leaves_the_sampled_actions_to_the_seed(monkeypatch):
+    """Timing forwards draws actions from torch's RNG; it is put back, so a runner that
+    "auto" left stepping all sub-envs samples what one set to False samples."""
+    pytest.importorskip("envpool")
+    actions = []
+    for overlap in ("auto", False):
+        if overlap == "auto":
+            runner = _auto_runner(monkeypatch, RLModuleSpec(), False)
+        else:
+            runner = make_runner(4, RLModuleSpec(), overlap_inference=False)
+        try:
+            assert (runner._overlap_costs is not None) == (overlap == "auto")
+            eps = runner.sample(num_timesteps=100)
+            actions.append([e.get_actions().tolist() for e in eps])
+        finally:
+            runner.stop()
+    assert actions[0] == actions[1]
+
+
 def test_overlap_rule():
     ms = 1e-3
     assert choose_overlap(5 * ms, 4 * ms, num_envs=8, num_cpus=2)

@@ -517,6 +517,19 @@ def recurrent_state(module: Any, num_envs: int, action_space: gym.Space) -> Recu
 
 
 @contextlib.contextmanager
+def torch_rng_kept() -> Iterator[None]:
+    """Run a block that draws from torch's global RNG (timing forwards that sample
+    actions), then put that RNG back as it was: the block leaves no trace in later draws."""
+    import torch
+
+    state = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(state)
+
+
+@contextlib.contextmanager
 def torch_threads(config: Any, worker_index: int | None) -> Iterator[None]:
     """Run inference with the runner's thread count (1 by default), then restore.
 

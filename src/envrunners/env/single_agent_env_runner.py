@@ -69,6 +69,9 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         self._ready_batch: int | None = None
         #: ``(env step s, forward s)`` that ``overlap_inference="auto"`` measured, if it did.
         self._overlap_costs: tuple[float, float] | None = None
+        #: ``(env steps/s stepping all sub-envs, ready-first)`` that "auto" measured for a
+        #: stateful module (see ``_choose_overlap``), if it did.
+        self._overlap_rates: tuple[float, float] | None = None
         announce_later = False
         if runner_setup.should_create_env(self.config, self.worker_index):
             self._build_env()
@@ -155,7 +158,15 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
         Only for a backend that can step asynchronously, with a module and no ready-first
         batch set by the config; overlapping rebuilds the env with half the sub-envs per
         ready-first batch. ``on_environment_created`` is the caller's: it fires once, for
-        the env this leaves.
+        the env this leaves. The timing leaves torch's global RNG as it found it, so the
+        episodes sampled later are the ones the chosen setting gives by itself.
+
+        For a stateful module that rule is only a first test: its ready-first loop also
+        gathers and scatters state rows per batch, work that forward timings do not see
+        (a small LSTM on EnvPool CartPole passed the rule and ran at 0.67x stepping all
+        sub-envs together). So where the rule says overlap, short discarded sampler runs
+        time both ways (``_sampling_rate``) and the faster one is kept; only with an
+        empty env-to-module pipeline, whose pieces could otherwise learn from those steps.
         """
         config = self.config
         if self.env is None or self.module is None or self._ready_batch is not None:
@@ -181,13 +192,60 @@ class SingleAgentEnvRunner(NewStackEnvRunner):
             else:
                 act(self.module, obs, True, recurrent.state, extra_inputs=recurrent.extra_inputs)
 
-        with runner_setup.torch_threads(config, self.worker_index):
+        timers = self._env_step_time, self._env_reset_time
+        with runner_setup.torch_threads(config, self.worker_index), runner_setup.torch_rng_kept():
             env_s, fwd_s = runner_setup.time_step_and_forward(self.env, forward)
-        self._overlap_costs = (env_s, fwd_s)
-        self._needs_initial_reset = True
-        if decide_overlap(env_s, fwd_s, self.num_envs):
+            self._overlap_costs = (env_s, fwd_s)
+            self._needs_initial_reset = True
+            if not decide_overlap(env_s, fwd_s, self.num_envs):
+                return
+            measure = recurrent is not None and not len(self._env_to_module)
+            together = self._sampling_rate() if measure else 0.0
             self._ready_batch = self.num_envs // 2
             self._build_env()
+            if measure:
+                ready_first = self._sampling_rate()
+                self._overlap_rates = (together, ready_first)
+                logger.debug(
+                    "overlap_inference='auto', stateful module: %.0f env steps/s stepping "
+                    "all sub-envs, %.0f ready-first -> %s",
+                    together,
+                    ready_first,
+                    "overlap" if ready_first > together else "step together",
+                )
+                if ready_first <= together:
+                    self._ready_batch = None
+                    self._build_env()
+                self._env_step_time, self._env_reset_time = timers
+
+    def _sampling_rate(self, min_s: float = 0.05, max_runs: int = 16) -> float:
+        """Env steps per second of the sampler on the current env with the stateful module:
+        one warm-up run, then runs of ``4 * num_envs`` steps until ``min_s`` have passed
+        (at most ``max_runs``). Their episodes are discarded; the envs are reset first
+        (seeded as for the first ``sample()``, which resets them again: the caller
+        announces the env with ``_env_created``)."""
+        self._needs_initial_reset = True
+        self._reset_envs()
+        self._sampler.check_fn = None
+        steps = 4 * self.num_envs
+
+        def run() -> int:
+            return self._sampler.run(
+                act_fn=self._act_stateful,
+                explore=True,
+                num_timesteps=steps,
+                num_episodes=None,
+                random_actions=False,
+                t_offset=0,
+            ).env_steps
+
+        run()
+        done, start = 0, time.perf_counter()
+        for _ in range(max_runs):
+            done += run()
+            if time.perf_counter() - start >= min_s:
+                break
+        return done / (time.perf_counter() - start)
 
     def _spaces_unchanged(self) -> bool:
         old = self._env_to_module.input_observation_space, self._module_to_env.input_action_space
