@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from envrunners.core.columns import Columns
+from envrunners.core.rl_module._acting import act, initial_state_batch
 from envrunners.core.rl_module.default_model_config import DefaultModelConfig
 from envrunners.core.rl_module.default_torch_rl_module import (
     DefaultTorchRLModule,
+    _run_lstm,
     default_rl_module_spec,
 )
 from envrunners.errors import ConfigError
@@ -266,3 +268,37 @@ def test_lstm_over_cnn_encoder():
 def test_stateful_module_refuses_the_stateless_numpy_path():
     with pytest.raises(RuntimeError, match=r"stateful \(use_lstm=True\).*_acting\.act"):
         _lstm_module().compute_actions_numpy(np.zeros((2, 3), np.float32), explore=True)
+
+
+def test_acting_lstm_step_runs_on_torch_kernels_and_puts_onednn_back():
+    """One acting step (no autograd, one time step) runs the LSTM with oneDNN off (it
+    prepares the weights per call: several times slower for one step), the same
+    numbers; sequences with autograd (the learner) keep oneDNN; the flag is put back."""
+    torch.manual_seed(0)
+    module = _image_module((84, 84, 4), use_lstm=True, lstm_cell_size=16)
+    seen: list[bool] = []
+    module.lstm.register_forward_pre_hook(lambda m, args: seen.append(_mkldnn_enabled()))
+    obs = np.random.default_rng(0).integers(0, 255, (3, 84, 84, 4), dtype=np.uint8)
+    state = initial_state_batch(module, 3)
+    assert _mkldnn_enabled()
+    actions, out, state_out = act(module, obs, True, state)
+    assert seen == [False] and _mkldnn_enabled()
+    # The same step with oneDNN, called directly: the same outputs.
+    x = torch.randn(3, 1, module.lstm.input_size)
+    h0 = c0 = torch.zeros(1, 3, 16)
+    with torch.no_grad():
+        ref, (ref_h, ref_c) = module.lstm(x, (h0, c0))
+        got, (got_h, got_c) = _run_lstm(module.lstm, x, (h0, c0))
+    for a, b in ((got, ref), (got_h, ref_h), (got_c, ref_c)):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)  # sums of 30,976 terms
+    seen.clear()
+    x = torch.randn(3, 4, module.lstm.input_size, requires_grad=True)  # a learner's sequences
+    _run_lstm(module.lstm, x, (h0, c0))[0].sum().backward()
+    with torch.no_grad():
+        _run_lstm(module.lstm, x, (h0, c0))
+    _run_lstm(module.lstm, x[:, :1], (h0, c0))  # one step, with autograd
+    assert seen == [True, True, True] and _mkldnn_enabled()
+
+
+def _mkldnn_enabled() -> bool:
+    return torch._C._get_mkldnn_enabled()
