@@ -7,6 +7,8 @@ vector env (gymnasium ``SyncVectorEnv`` of 8 wrapped Pongs): ``env_only`` (fixed
 random actions, no policy) and ``lean`` (RLlib's default 84x84 CNN, one torch
 thread, one forward per step, Gumbel-max actions, preallocated buffers, no episodes).
 ``runner_vs_lean`` is the runner's rate over the lean loop's (target >= 0.9).
+``runner_lstm``: the same runner with ``use_lstm=True`` (RLlib's default 256-cell LSTM
+over the CNN's 30,976 features, actor and critic each), ``LSTM_TIMESTEPS`` per call.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ WORKLOAD = "W9"
 ENV_ID = "ale_py:ALE/Pong-v5"
 NUM_ENVS = 8
 TIMESTEPS = 2000
+LSTM_TIMESTEPS = 400
 # RLlib's Atari setup: the wrapper does the frame skipping, so ALE's is off.
 ALE_KWARGS = {"frameskip": 1, "full_action_space": False, "repeat_action_probability": 0.0}
 
@@ -73,9 +76,11 @@ def default_cnn(num_actions: int) -> torch.nn.Module:
     return CNN()
 
 
-def build_runner(target: str, num_envs: int = NUM_ENVS):
+def build_runner(target: str, num_envs: int = NUM_ENVS, model_config: dict | None = None):
     """A local runner on wrapped Pong with PPO's default module (a CNN for these frames)."""
-    return local_ppo_runner(target, partial(make_pong, target), num_envs, layer=torch.nn.Conv2d)
+    return local_ppo_runner(
+        target, partial(make_pong, target), num_envs, model_config, layer=torch.nn.Conv2d
+    )
 
 
 def reference_records(target: str, repeats: int):
@@ -141,6 +146,9 @@ def run(target: str, repeats: int = 5):
     if "env_steps_per_s" in runner:
         ratio = runner["env_steps_per_s"] / refs["lean"]["env_steps_per_s"]
         yield {"workload": WORKLOAD, "target": target, "variant": "runner_vs_lean", "ratio": ratio}
+    lstm = base | {"variant": "runner_lstm", "num_timesteps": LSTM_TIMESTEPS}
+    build = partial(build_runner, target, model_config={"use_lstm": True})
+    yield runner_record(lstm, build, LSTM_TIMESTEPS, repeats)
 
 
 if __name__ == "__main__":  # pragma: no cover - use run.py
