@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ColumnBuffer", "RecurrentState", "cell_writer", "tree_map"]
+__all__ = [
+    "ColumnBuffer",
+    "RecurrentState",
+    "cell_writer",
+    "leaves_with_paths",
+    "tree_at",
+    "tree_map",
+]
 
 
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
@@ -27,10 +34,19 @@ def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     return fn(tree, *rest)
 
 
+def leaves_with_paths(tree: Any) -> tuple[list, list[tuple], Callable[[list], Any]]:
+    """``tree``'s array leaves (in ``tree_map``'s order), the path of each (keys and
+    indices, see ``tree_at``) and ``nest(new_leaves)``, which nests a list of new
+    leaves the same way. For loops that walk one fixed structure many times."""
+    leaves: list = []
+    paths: list[tuple] = []
+    nest = _flattener(tree, (), leaves, paths)
+    return leaves, paths, lambda new: nest(iter(new))
+
+
 def _flattener(tree: Any, path: tuple, leaves: list, paths: list) -> Callable[[Any], Any]:
-    """Append ``tree``'s array leaves and their paths (in ``tree_map``'s order) to
-    ``leaves`` / ``paths``; return ``f(it)``, which nests the next items of iterator
-    ``it`` like ``tree``."""
+    """Append ``tree``'s leaves and their paths to ``leaves`` / ``paths``; return
+    ``f(it)``, which nests the next items of iterator ``it`` like ``tree``."""
     if isinstance(tree, dict):
         parts = [(k, _flattener(v, (*path, k), leaves, paths)) for k, v in tree.items()]
         return lambda it: {k: f(it) for k, f in parts}
@@ -43,8 +59,8 @@ def _flattener(tree: Any, path: tuple, leaves: list, paths: list) -> Callable[[A
     return next
 
 
-def _at(tree: Any, path: tuple) -> Any:
-    """The node of ``tree`` at ``path`` (keys / indices)."""
+def tree_at(tree: Any, path: tuple) -> Any:
+    """The node of ``tree`` at ``path`` (keys / indices, as ``leaves_with_paths`` gives)."""
     for key in path:
         tree = tree[key]
     return tree
@@ -240,7 +256,7 @@ class RecurrentState:
             leaves, paths, _ = self._leaves()
             index = np.asarray(rows, np.intp)  # (a list is converted again per leaf)
             for leaf, path in zip(leaves, paths, strict=True):
-                leaf[index] = _at(self.initial, path)
+                leaf[index] = tree_at(self.initial, path)
         else:  # copies: ``state`` is the module's ``state_out``, which it may still hold
             self.state = tree_map(
                 lambda leaf, init: _with_rows(leaf, init, rows), self.state, self.initial
@@ -269,7 +285,7 @@ class RecurrentState:
         """Store the module's ``state_out`` for the sub-envs ``envs`` (after ``own()``)."""
         leaves, paths, _ = self._leaves()
         for leaf, path in zip(leaves, paths, strict=True):
-            leaf[envs] = _at(state_out, path)
+            leaf[envs] = tree_at(state_out, path)
 
     def _leaves(self) -> tuple[list[np.ndarray], list[tuple], Callable[[list], Any]]:
         """``state``'s leaves, their paths and a function that nests a list of new leaves
@@ -278,10 +294,7 @@ class RecurrentState:
         ~3 us of indexing (the default LSTM's state has four leaves)."""
         flat = self._flat
         if flat is None or flat[0] is not self.state:
-            leaves: list[np.ndarray] = []
-            paths: list[tuple] = []
-            rebuild = _flattener(self.state, (), leaves, paths)
-            flat = self._flat = (self.state, leaves, paths, lambda new: rebuild(iter(new)))
+            flat = self._flat = (self.state, *leaves_with_paths(self.state))
         return flat[1], flat[2], flat[3]
 
     def after_step_rows(self, envs: np.ndarray, actions: Any, rewards: np.ndarray) -> None:

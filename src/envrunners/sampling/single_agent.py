@@ -42,7 +42,14 @@ from envrunners.env._episode_ids import new_episode_id
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import EnvRunnerError, NonFiniteEnvDataError
-from envrunners.sampling.buffers import ColumnBuffer, RecurrentState, cell_writer, tree_map
+from envrunners.sampling.buffers import (
+    ColumnBuffer,
+    RecurrentState,
+    cell_writer,
+    leaves_with_paths,
+    tree_at,
+    tree_map,
+)
 from envrunners.sampling.finite_checks import ObsRewardCheck, episode_step_error
 from envrunners.sampling.sample_result import EpisodeStats, SampleResult
 
@@ -1028,26 +1035,12 @@ def _leaf_writer(flat: Any) -> Callable[[np.ndarray, Any], None]:
     actions) one per leaf, each given the value's leaf at the same path."""
     if type(flat) is np.ndarray:
         return cell_writer(flat)
-    leaves: list[tuple[tuple, Callable]] = []
-
-    def collect(node: Any, path: tuple) -> None:
-        if isinstance(node, dict):
-            for key, child in node.items():
-                collect(child, (*path, key))
-        elif isinstance(node, tuple | list):
-            for i, child in enumerate(node):
-                collect(child, (*path, i))
-        else:
-            leaves.append((path, cell_writer(node)))
-
-    collect(flat, ())
+    leaves, paths, _ = leaves_with_paths(flat)
+    writers = [(path, cell_writer(leaf)) for leaf, path in zip(leaves, paths, strict=True)]
 
     def write(cells: np.ndarray, value: Any) -> None:
-        for path, write_leaf in leaves:
-            leaf = value
-            for key in path:
-                leaf = leaf[key]
-            write_leaf(cells, leaf)
+        for path, write_leaf in writers:
+            write_leaf(cells, tree_at(value, path))
 
     return write
 

@@ -588,16 +588,21 @@ def _run_lstm(lstm: nn.LSTM, x: torch.Tensor, state: tuple) -> Any:
     Why: oneDNN prepares the weights on every call, which for a single step costs more
     than the step (torch 2.13, one thread, batch 8: 64 -> 64 cells 86 vs 50 us, 256 -> 256
     at batch 16 661 vs 314 us, the Atari CNN's 30,976 features -> 128 cells 42 vs 8 ms).
-    Over sequences with autograd (the learner) oneDNN is the faster and is left on.
+    Over sequences with autograd (the learner) oneDNN is the faster and is left on. The
+    switch is torch's process-wide flag, put back at once; a torch op on another thread
+    meanwhile runs on torch's kernels too (the same results). A torch without that
+    switch runs the LSTM as it is.
     """
-    if x.shape[1] != 1 or torch.is_grad_enabled() or x.device.type != "cpu":
+    get = getattr(torch._C, "_get_mkldnn_enabled", None)
+    put = getattr(torch._C, "_set_mkldnn_enabled", None)
+    if x.shape[1] != 1 or torch.is_grad_enabled() or x.device.type != "cpu" or put is None:
         return lstm(x, state)
-    enabled = torch._C._get_mkldnn_enabled()
-    torch._C._set_mkldnn_enabled(False)
+    enabled = get()
+    put(False)
     try:
         return lstm(x, state)
     finally:
-        torch._C._set_mkldnn_enabled(enabled)
+        put(enabled)
 
 
 def _categorical_numpy_outputs(
