@@ -524,3 +524,23 @@ def test_reset_observations_outside_the_space_name_the_sub_env_in_both_modes(key
         assert sum(len(e) for e in runner.sample(num_timesteps=20)) >= 20
     finally:
         runner.stop()
+
+
+def test_auto_overlap_leaves_the_sampled_actions_to_the_seed(monkeypatch):
+    """Timing forwards draws actions from torch's RNG; it is put back, so a runner that
+    "auto" left stepping all sub-envs samples what one set to False samples."""
+    import envrunners.env.multi_agent_env_runner as runner_module
+
+    monkeypatch.setattr(runner_module, "decide_overlap", lambda *args: False)
+    actions = []
+    for overlap in ("auto", False):
+        runner = ma_runner(spec=RLModuleSpec(), overlap_inference=overlap)
+        try:
+            assert (runner._overlap_costs is not None) == (overlap == "auto")
+            eps = runner.sample(num_timesteps=60)
+            actions.append(
+                [{a: np.asarray(x).tolist() for a, x in e.get_actions().items()} for e in eps]
+            )
+        finally:
+            runner.stop()
+    assert actions[0] == actions[1]

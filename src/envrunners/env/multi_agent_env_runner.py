@@ -135,7 +135,8 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
         module and no ready-first batch set by the config; overlapping rebuilds the env
         with half the sub-envs per ready-first batch (``on_environment_created`` fires
         again for it). A forward that fails here (e.g. a ``policy_mapping_fn`` that needs
-        a real episode) leaves the sub-envs stepping together.
+        a real episode) leaves the sub-envs stepping together. The timing leaves torch's
+        global RNG as it found it.
         """
         config = self.config
         if self.env is None or self.module is None or self._ready_batch is not None:
@@ -149,7 +150,8 @@ class MultiAgentEnvRunner(NewStackEnvRunner):
 
         forward = setup.timing_forward(self.module, self._mapping_fn)
         try:
-            with runner_setup.torch_threads(config, self.worker_index):
+            threads = runner_setup.torch_threads(config, self.worker_index)
+            with threads, runner_setup.torch_rng_kept():  # no trace in later actions
                 env_s, fwd_s = runner_setup.time_step_and_forward(
                     self.env, forward, random_actions=random_actions
                 )
