@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 
 import gymnasium as gym
@@ -491,3 +492,70 @@ def test_single_agent_env_runner_samples_with_shared_memory_mode():
         np.testing.assert_array_equal(a.get_observations(), b.get_observations())
         np.testing.assert_array_equal(a.get_actions(), b.get_actions())
         np.testing.assert_array_equal(a.get_rewards(), b.get_rewards())
+
+
+def test_ready_first_waits_for_a_worker_that_has_not_started_its_step():
+    """A worker told to step that has not started (here stopped with SIGSTOP, as the OS
+    may leave one waiting for the acting parent's core) is waited for once it is over
+    1 ms late: the other share is not returned again and again meanwhile."""
+    env = SharedMemoryVectorEnv(cartpole_fns(4), num_workers=2, batch_size=2)
+    actions = np.zeros(2, np.int64)
+    try:
+        env.async_reset(seed=0)
+        ids = env.recv()[0]
+        while ids[0] != 2:  # worker 1's share: sub-envs 2 and 3
+            env.send(actions, ids)
+            ids = env.recv()[0]
+        os.kill(env.processes[1].pid, signal.SIGSTOP)
+        env.send(actions, ids)  # worker 1 cannot take it until SIGCONT
+        resumed = time.monotonic() + 0.3
+        timer = threading.Timer(0.3, os.kill, (env.processes[1].pid, signal.SIGCONT))
+        timer.start()
+        first = []
+        while True:
+            ids = env.recv()[0]
+            first.append(int(ids[0]))
+            env.send(actions, ids)
+            if ids[0] == 2:
+                break
+        assert time.monotonic() >= resumed
+        # Worker 0 stepped for about the first millisecond only (without the wait: for
+        # the whole 0.3 s, about a thousand times).
+        assert first.count(0) < 100, len(first)
+        timer.join()
+    finally:
+        os.kill(env.processes[1].pid, signal.SIGCONT)
+        env.close()
+
+
+def test_ready_first_does_not_wait_for_a_slow_worker_that_has_started():
+    """Ready-first takes the faster share: a worker slow at stepping (it has started) is
+    not waited for."""
+    fns = cartpole_fns(4)
+    fns[2] = fns[3] = lambda: SleepyCartPole(0.05)
+    env = SharedMemoryVectorEnv(fns, num_workers=2, batch_size=2)
+    actions = np.zeros(2, np.int64)
+    counts = np.zeros(4, np.int64)
+    try:
+        env.async_reset(seed=0)
+        for _ in range(60):
+            ids = env.recv()[0]
+            counts[ids] += 1
+            env.send(actions, ids)
+    finally:
+        env.close()
+    # The slow share (100 ms a step) came once, at the reset; the fast one took the rest.
+    # Waiting for the slow one past 1 ms would give it about one in ten.
+    assert counts[2] <= 2 and counts[0] >= 58, counts.tolist()
+
+
+class SleepyCartPole(gym.Wrapper):
+    """CartPole whose steps take ``seconds``."""
+
+    def __init__(self, seconds):
+        super().__init__(gym.make("CartPole-v1"))
+        self.seconds = seconds
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        return self.env.step(action)
