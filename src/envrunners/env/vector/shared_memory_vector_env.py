@@ -15,7 +15,9 @@ no core spins (on a loaded 2-core machine a bounded spin of the parent before bl
 lost where it kept a core from the workers, and came out even where it yielded the core
 each turn). Stepping ready-first, the workers run
 as ``SCHED_BATCH`` so that one woken by a command does not preempt the parent, which
-is acting for the other sub-envs meanwhile.
+is acting for the other sub-envs meanwhile; ``recv()`` waits for a worker that has not
+even started its command 1 ms after it was sent (``_await_starved``), so that no share
+is left behind while the parent keeps its core busy with the others.
 
 It has the same API and episode rules as ``EnvPoolVectorEnv``: gymnasium's
 ``NEXT_STEP`` autoreset (the call after a sub-env's episode ended resets it,
@@ -984,7 +986,9 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         """The next ``batch_size`` ready sub-envs: ``(env_ids, obs, rewards, terminated,
         truncated, infos)``, row ``j`` belonging to sub-env ``env_ids[j]``.
 
-        Whole worker shares, the longest-finished first. A sub-env whose previous result
+        Whole worker shares, the longest-finished first; a worker that has not started
+        its step 1 ms after it was sent is waited for (see ``_await_starved``), one that
+        is stepping is not, however slowly. A sub-env whose previous result
         ended its episode comes back reset (reward 0, flags False) after its next
         ``send``, whatever action that carried. ``failed[env_ids]`` marks the returned
         sub-envs that were recreated after an error.
