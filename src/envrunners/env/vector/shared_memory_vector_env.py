@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import multiprocessing as mp
 import os
 import pickle
@@ -534,8 +535,8 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self._go = [ctx.Semaphore(0) for _ in range(w)]
         #: Per worker: told to step and not consumed by ``recv``/``step`` yet.
         self._in_flight = np.zeros(w, dtype=np.bool_)
-        #: Per worker: when it was last told to work (``time.monotonic()``; inf: never).
-        self._sent_at = np.full(w, np.inf)
+        #: Per worker: when it was told to work (``time.monotonic()``), inf once consumed.
+        self._sent_at = [math.inf] * w
         self._tokens = 0  # "done" releases acquired but not matched to a consumed worker
         self._checked_at = time.monotonic()  # when workers were last checked to be alive
         self._all_workers = list(range(w))
@@ -694,12 +695,20 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         the two then keep alternating. A worker that has started (``picked``) is not
         waited for, however slowly it steps: ready-first still takes the faster shares.
         """
-        waiting = self._in_flight & (self._ready == 0) & (self._picked == 0)
-        busy = np.where(waiting, self._sent_at, np.inf)
-        k = int(busy.argmin())
-        if time.monotonic() - busy[k] <= _STARVED_S:
+        sent_at = self._sent_at
+        now = time.monotonic()
+        if now - min(sent_at) <= _STARVED_S:  # (the usual case, in well under a microsecond)
             return
-        done, ready, in_flight = self._done, self._ready, self._in_flight
+        ready, picked = self._ready, self._picked
+        late = [
+            (sent, k)
+            for k, sent in enumerate(sent_at)
+            if now - sent > _STARVED_S and not ready[k] and not picked[k]
+        ]
+        if not late:
+            return
+        k = min(late)[1]
+        done, in_flight = self._done, self._in_flight
         while in_flight[k] and not ready[k]:
             if done.acquire(timeout=_PARENT_POLL_S):
                 self._tokens += 1
@@ -809,11 +818,13 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         ``infos`` is the returned list, ``rows[n]`` the row of ``workers[n]``'s first sub-env.
         """
         ready, in_flight, has_msg = self._ready, self._in_flight, self._has_msg
+        sent_at = self._sent_at
         self._tokens -= len(workers)
         errors: list[tuple[int, str, str, str, Any]] = []
         for k, row in zip(workers, rows, strict=True):
             ready[k] = 0  # (a scalar store per worker: cheaper than indexing with the list)
             in_flight[k] = False
+            sent_at[k] = math.inf
             if not has_msg[k]:
                 continue
             try:
