@@ -15,14 +15,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "ColumnBuffer",
-    "RecurrentState",
-    "cell_writer",
-    "leaves_with_paths",
-    "tree_at",
-    "tree_map",
-]
+from envrunners.core import _nested
+
+__all__ = ["ColumnBuffer", "RecurrentState", "cell_writer", "tree_map"]
 
 
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
@@ -32,38 +27,6 @@ def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     if isinstance(tree, tuple | list):
         return type(tree)(tree_map(fn, v, *(r[i] for r in rest)) for i, v in enumerate(tree))
     return fn(tree, *rest)
-
-
-def leaves_with_paths(tree: Any) -> tuple[list, list[tuple], Callable[[list], Any]]:
-    """``tree``'s array leaves (in ``tree_map``'s order), the path of each (keys and
-    indices, see ``tree_at``) and ``nest(new_leaves)``, which nests a list of new
-    leaves the same way. For loops that walk one fixed structure many times."""
-    leaves: list = []
-    paths: list[tuple] = []
-    nest = _flattener(tree, (), leaves, paths)
-    return leaves, paths, lambda new: nest(iter(new))
-
-
-def _flattener(tree: Any, path: tuple, leaves: list, paths: list) -> Callable[[Any], Any]:
-    """Append ``tree``'s leaves and their paths to ``leaves`` / ``paths``; return
-    ``f(it)``, which nests the next items of iterator ``it`` like ``tree``."""
-    if isinstance(tree, dict):
-        parts = [(k, _flattener(v, (*path, k), leaves, paths)) for k, v in tree.items()]
-        return lambda it: {k: f(it) for k, f in parts}
-    if isinstance(tree, tuple | list):
-        kind = type(tree)
-        items = [_flattener(v, (*path, i), leaves, paths) for i, v in enumerate(tree)]
-        return lambda it: kind(f(it) for f in items)
-    leaves.append(tree)
-    paths.append(path)
-    return next
-
-
-def tree_at(tree: Any, path: tuple) -> Any:
-    """The node of ``tree`` at ``path`` (keys / indices, as ``leaves_with_paths`` gives)."""
-    for key in path:
-        tree = tree[key]
-    return tree
 
 
 def _with_rows(leaf: np.ndarray, value: Any, rows: list[int]) -> np.ndarray:
@@ -235,7 +198,7 @@ class RecurrentState:
         #: ``{"prev_actions": ..., "prev_rewards": ...}`` (B rows) or None.
         self.extra_inputs: dict[str, Any] | None = None
         self._owned: Any = None  # the ``state`` that ``own()`` made (written in place)
-        self._flat: Any = None  # (state, its leaves, their paths, rebuild): see ``_leaves``
+        self._flat: Any = None  # (state, its leaves): see ``_leaves``
         self.reset()
 
     def reset(self, rows: list[int] | None = None) -> None:
@@ -253,10 +216,10 @@ class RecurrentState:
                 self.extra_inputs["prev_rewards"] = np.zeros(n, np.float32)
             return
         if self.state is self._owned:  # ours (ready-first): in place
-            leaves, paths, _ = self._leaves()
             index = np.asarray(rows, np.intp)  # (a list is converted again per leaf)
-            for leaf, path in zip(leaves, paths, strict=True):
-                leaf[index] = tree_at(self.initial, path)
+            initial = _nested.flatten(self.initial)
+            for leaf, init in zip(self._leaves(), initial, strict=True):
+                leaf[index] = init
         else:  # copies: ``state`` is the module's ``state_out``, which it may still hold
             self.state = tree_map(
                 lambda leaf, init: _with_rows(leaf, init, rows), self.state, self.initial
@@ -274,8 +237,9 @@ class RecurrentState:
 
     def rows(self, envs: np.ndarray) -> tuple[Any, dict[str, Any] | None]:
         """The state and extra inputs of the sub-envs ``envs`` (a ready-first batch)."""
-        leaves, _, rebuild = self._leaves()
-        state = rebuild([leaf.take(envs, axis=0) for leaf in leaves])
+        state = _nested.unflatten_as(
+            self.state, [leaf.take(envs, axis=0) for leaf in self._leaves()]
+        )
         inputs = self.extra_inputs
         if inputs is None:
             return state, None
@@ -283,19 +247,17 @@ class RecurrentState:
 
     def set_rows(self, envs: np.ndarray, state_out: Any) -> None:
         """Store the module's ``state_out`` for the sub-envs ``envs`` (after ``own()``)."""
-        leaves, paths, _ = self._leaves()
-        for leaf, path in zip(leaves, paths, strict=True):
-            leaf[envs] = tree_at(state_out, path)
+        for leaf, value in zip(self._leaves(), _nested.flatten(state_out), strict=True):
+            leaf[envs] = value
 
-    def _leaves(self) -> tuple[list[np.ndarray], list[tuple], Callable[[list], Any]]:
-        """``state``'s leaves, their paths and a function that nests a list of new leaves
-        the same way; remade when ``state`` is replaced. Why: a ready-first batch reads
-        and writes every leaf's rows, and walking the tree each time cost ~10 us of the
-        ~3 us of indexing (the default LSTM's state has four leaves)."""
+    def _leaves(self) -> list[np.ndarray]:
+        """``state``'s leaves (``_nested.flatten``), remade when ``state`` is replaced. Why:
+        a ready-first batch reads and writes every leaf's rows, and walking the tree each
+        time cost ~10 us of the ~3 us of indexing (the default LSTM's state has four)."""
         flat = self._flat
         if flat is None or flat[0] is not self.state:
-            flat = self._flat = (self.state, *leaves_with_paths(self.state))
-        return flat[1], flat[2], flat[3]
+            flat = self._flat = (self.state, _nested.flatten(self.state))
+        return flat[1]
 
     def after_step_rows(self, envs: np.ndarray, actions: Any, rewards: np.ndarray) -> None:
         """``after_step`` for the sub-envs ``envs`` only (their results just arrived)."""

@@ -37,19 +37,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envrunners.core import _nested
 from envrunners.core.columns import Columns
 from envrunners.env._episode_ids import new_episode_id
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import EnvRunnerError, NonFiniteEnvDataError
-from envrunners.sampling.buffers import (
-    ColumnBuffer,
-    RecurrentState,
-    cell_writer,
-    leaves_with_paths,
-    tree_at,
-    tree_map,
-)
+from envrunners.sampling.buffers import ColumnBuffer, RecurrentState, cell_writer, tree_map
 from envrunners.sampling.finite_checks import ObsRewardCheck, episode_step_error
 from envrunners.sampling.sample_result import EpisodeStats, SampleResult
 
@@ -1035,12 +1029,11 @@ def _leaf_writer(flat: Any) -> Callable[[np.ndarray, Any], None]:
     actions) one per leaf, each given the value's leaf at the same path."""
     if type(flat) is np.ndarray:
         return cell_writer(flat)
-    leaves, paths, _ = leaves_with_paths(flat)
-    writers = [(path, cell_writer(leaf)) for leaf, path in zip(leaves, paths, strict=True)]
+    writers = [cell_writer(leaf) for leaf in _nested.flatten(flat)]
 
     def write(cells: np.ndarray, value: Any) -> None:
-        for path, write_leaf in writers:
-            write_leaf(cells, tree_at(value, path))
+        for write_leaf, leaf in zip(writers, _nested.flatten(value), strict=True):
+            write_leaf(cells, leaf)
 
     return write
 
