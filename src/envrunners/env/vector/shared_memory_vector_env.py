@@ -708,12 +708,9 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         if not late:
             return
         k = min(late)[1]
-        done, in_flight = self._done, self._in_flight
-        while in_flight[k] and not ready[k]:
-            if done.acquire(timeout=_PARENT_POLL_S):
-                self._tokens += 1
-            else:
-                self._check_alive(what)
+        in_flight = self._in_flight
+        while in_flight[k] and not ready[k]:  # one more "done" release at a time
+            self._acquire(self._tokens + 1, what)
 
     def _check_alive(self, what: str) -> None:
         """Handle every worker that was told to work and has not answered: a dead one
