@@ -24,6 +24,7 @@ def test_ids_are_32_hex_digits_and_unique():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_does_not_reuse_the_parents_pool():
+    _episode_ids._pool.clear()  # (else the call may take an earlier test's last pooled id)
     new_episode_id()  # the pool now holds ids
     parent_pool = set(_episode_ids._pool)
     assert parent_pool
