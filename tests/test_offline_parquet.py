@@ -6,6 +6,7 @@ README there); these tests read them, and write files that have RLlib's layout.
 
 from __future__ import annotations
 
+import datetime
 import glob
 import json
 import os
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from envrunners.algorithms.ppo import PPOConfig
+from envrunners.core._nested import flatten, paths
 from envrunners.errors import (
     ConfigError,
     OfflineDataError,
@@ -213,8 +215,12 @@ def test_pickled_array_inside_episode_refused(tmp_path):
             "column 'obs': rows have different lengths",
         ),
         (
-            pa.table({"obs": [{"x": 1}], "actions": [0], "rewards": [1.0]}),
-            "column 'obs': has Arrow type struct",
+            pa.table({"obs": [datetime.date(2026, 1, 1)], "actions": [0], "rewards": [1.0]}),
+            "column 'obs': has Arrow type date32",
+        ),
+        (  # a struct's field is named by its path
+            pa.table({"obs": [{"x": datetime.date(2026, 1, 1)}], "actions": [0], "rewards": [1]}),
+            "column 'obs.x': has Arrow type date32",
         ),
     ],
 )
@@ -282,9 +288,24 @@ def test_new_stack_offline_config_keys():
         PPOConfig().offline_data(output_max_rows_per_file=0)
 
 
+def assert_same_steps(back, episodes):
+    """Episodes read back hold the written episodes' observations, actions and rewards,
+    leaf by leaf (the whole observation column: the last observation comes from new_obs)."""
+    assert len(back) == len(episodes)
+    for ep, orig in zip(back, episodes, strict=True):
+        assert ep.id_ == orig.id_ and len(ep) == len(orig)
+        for got, want in ((ep.get_observations(), orig.get_observations()),
+                          (ep.get_actions(), orig.get_actions())):  # fmt: skip
+            assert paths(got) == paths(want)  # the same nesting: dicts, tuples, keys
+            for g, w in zip(flatten(got), flatten(want), strict=True):
+                np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(ep.get_rewards(), orig.get_rewards())
+        assert (ep.is_terminated, ep.is_truncated) == (orig.is_terminated, orig.is_truncated)
+
+
 def test_dict_spaces_write_as_rows_and_episodes(tmp_path, dict_space_episodes):
-    """Dict observations and actions: one row per step (a column per leaf), or whole
-    episodes that read back nested."""
+    """Dict observations and actions: one row per step, each Dict a struct column (RLlib's
+    layout), or whole episodes; both read back nested."""
     episodes = dict_space_episodes
     steps = sum(len(e) for e in episodes)
     rows = ParquetEpisodeWriter(str(tmp_path / "rows"), write_episodes=False)
@@ -292,17 +313,93 @@ def test_dict_spaces_write_as_rows_and_episodes(tmp_path, dict_space_episodes):
     rows.close()
     table = pq.read_table(rows.published_files[0])
     assert table.num_rows == steps
-    assert {"obs.pos", "obs.t", "actions.move", "actions.push", "new_obs.pos"} <= set(
-        table.column_names
-    )
+    for name, fields in (("obs", ["pos", "t"]), ("new_obs", ["pos", "t"]),
+                         ("actions", ["move", "push"])):  # fmt: skip
+        assert pa.types.is_struct(table.schema.field(name).type), name
+        assert [f.name for f in table.schema.field(name).type] == fields
+    moves = table.column("actions").combine_chunks().field("move").to_numpy()
     np.testing.assert_array_equal(
-        np.concatenate([e.get_actions()["move"] for e in episodes]),
-        table.column("actions.move").to_numpy(),
+        np.concatenate([e.get_actions()["move"] for e in episodes]), moves
     )
+    assert_same_steps(list(read_parquet_episodes(str(tmp_path / "rows"))), episodes)
+    (batch,) = read_parquet_batches(str(tmp_path / "rows"))
+    assert batch["obs"]["pos"].shape == (steps, 2) and batch["actions"]["push"].shape == (steps, 2)
     whole = ParquetEpisodeWriter(str(tmp_path / "episodes"), write_episodes=True)
     whole.write(episodes)
     whole.close()
-    back = list(read_parquet_episodes(str(tmp_path / "episodes")))
-    for ep, orig in zip(back, episodes, strict=True):
-        np.testing.assert_array_equal(ep.get_observations()["pos"], orig.get_observations()["pos"])
-        np.testing.assert_array_equal(ep.get_actions()["push"], orig.get_actions()["push"])
+    assert_same_steps(list(read_parquet_episodes(str(tmp_path / "episodes"))), episodes)
+
+
+def test_rllib_struct_rows_and_dotted_rows_read_back_nested(tmp_path):
+    """A Dict observation as RLlib 2.60's writer stores it (a struct of a float list and
+    an int64; schema taken from its OfflineSingleAgentEnvRunner), and the same steps with
+    the nested columns flattened with dots (``offline convert --to parquet``, and this
+    library's rows files before struct columns): both read back as dict observations."""
+    pos = [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
+    struct = pa.table({
+        "eps_id": ["a", "a", "b"],
+        "obs": pa.array([{"pos": p, "t": i} for i, p in enumerate(pos)]),
+        "actions": [0, 1, 1],
+        "rewards": [1.0, 1.0, 1.0],
+        "new_obs": pa.array([{"pos": p[::-1], "t": i + 1} for i, p in enumerate(pos)]),
+        "terminateds": [False, True, False],
+        "truncateds": [False, False, True],
+    })  # fmt: skip
+    dotted = pa.table({
+        "eps_id": ["a", "a", "b"],
+        "obs.pos": pa.array(pos, pa.list_(pa.float32(), 2)),
+        "obs.t": [0, 1, 2],
+        "actions.0": [0, 1, 1],
+        "actions.1": [0.5, 0.5, 0.5],
+        "rewards": [1.0, 1.0, 1.0],
+    })  # fmt: skip
+    pq.write_table(struct, tmp_path / "struct.parquet")
+    pq.write_table(dotted, tmp_path / "dotted.parquet")
+    a, b = read_parquet_episodes(str(tmp_path / "struct.parquet"))
+    np.testing.assert_allclose(a.get_observations()["pos"], [[0.1, 0.2], [0.3, 0.4], [0.4, 0.3]])
+    np.testing.assert_array_equal(a.get_observations()["t"], [0, 1, 2])
+    assert a.is_terminated and b.is_truncated and b.get_observations()["t"].tolist() == [2, 3]
+    a, b = read_parquet_episodes(str(tmp_path / "dotted.parquet"))
+    np.testing.assert_allclose(a.get_observations()["pos"][:2], pos[:2])
+    np.testing.assert_array_equal(a.get_observations()["pos"][2], [0, 0])  # no new_obs column
+    assert isinstance(a.get_actions(), tuple)  # items "0", "1": a tuple
+    np.testing.assert_array_equal(a.get_actions()[1], [0.5, 0.5])
+
+
+def test_tuple_spaces_round_trip_through_rows(tmp_path):
+    """A Tuple observation: a struct column whose field metadata marks a tuple (RLlib can
+    only pickle it), read back as a tuple."""
+    from envrunners.env.single_agent_episode import SingleAgentEpisode
+
+    obs = (np.arange(8, dtype=np.float32).reshape(4, 2), np.array([0, 1, 2, 3]))
+    episode = SingleAgentEpisode.from_columns(
+        observations=obs, actions=np.array([1, 0, 1]), rewards=np.ones(3, np.float32),
+        terminated=True, id_="tup",
+    )  # fmt: skip
+    writer = ParquetEpisodeWriter(str(tmp_path), write_episodes=False)
+    writer.write([episode])
+    writer.close()
+    assert pa.types.is_struct(pq.read_schema(writer.published_files[0]).field("obs").type)
+    assert_same_steps(list(read_parquet_episodes(str(tmp_path))), [episode])
+
+
+def test_ray_pickled_columns_need_allow_pickle(tmp_path):
+    """RLlib stores values Arrow cannot hold (a Tuple observation) as Ray Data's pickled
+    objects: refused without ``allow_pickle``, naming the file and column."""
+    field = pa.field(
+        "obs", pa.binary(), metadata={b"ARROW:extension:name": b"ray.data.arrow_pickled_object"}
+    )
+    values = [pickle.dumps((np.zeros(2), 1)), pickle.dumps((np.ones(2), 2))]
+    table = pa.Table.from_arrays(
+        [pa.array(values, pa.binary()), pa.array([0, 1]), pa.array([1.0, 1.0])],
+        schema=pa.schema(
+            [field, pa.field("actions", pa.int64()), pa.field("rewards", pa.float64())]
+        ),
+    )
+    path = tmp_path / "pickled.parquet"
+    pq.write_table(table, path)
+    with pytest.raises(PickleNotAllowedError, match="'obs' holds pickled") as e:
+        list(read_parquet_batches(str(path)))
+    assert str(path) in str(e.value)
+    (batch,) = read_parquet_batches(str(path), allow_pickle=True)
+    assert batch["obs"][1][1] == 2

@@ -1,20 +1,24 @@
 """Arrow tables <-> columns of steps and episodes, in RLlib 2.60's Parquet layouts.
 
 Why: offline data goes to and comes from Parquet: for pandas/polars/DuckDB, and for
-RLlib's new-stack ``OfflineData``. One layout holds one row per timestep: nested
-columns are flattened with dots (``obs.position``, tuple items ``obs.0``);
-multi-dimensional columns are fixed-size lists of the flattened row
-(:func:`batch_to_table`, for ``offline convert --to parquet``) or, in the files of
-``OfflineSingleAgentEnvRunner`` (:func:`episodes_to_rows_table`), Ray Data's tensor
-columns as RLlib writes them (a ``large_list`` of the flattened row with the field
-metadata ``ARROW:extension:name = ray.data.arrow_tensor_v2`` and the row shape); complex
-numbers become ``[real, imag]`` pairs; ``infos`` and other object columns become JSON
-strings (plain-data tagged, see ``_plain_data``). The exact dtype and per-row shape of
-every column is stored in the schema metadata under ``b"envrunners"``. The other
-layout holds one episode per row: RLlib's msgpack episode state in column ``item``.
+RLlib's new-stack ``OfflineData``. One layout holds one row per timestep. In the files of
+``OfflineSingleAgentEnvRunner`` (:func:`episodes_to_rows_table`) the columns are RLlib's:
+multi-dimensional columns are Ray Data's tensor columns as RLlib writes them (a
+``large_list`` of the flattened row with the field metadata ``ARROW:extension:name =
+ray.data.arrow_tensor_v2`` and the row shape), and a ``Dict`` observation or action is a
+struct column of its leaves, as RLlib's writer stores it (a ``Tuple`` one too, which RLlib
+can only pickle: its fields are ``"0"``, ``"1"``, ... and its field metadata marks it). In
+``offline convert --to parquet``'s files (:func:`batch_to_table`) nested columns are
+flattened with dots (``obs.position``, tuple items ``obs.0``), multi-dimensional columns
+are fixed-size lists of the flattened row, complex numbers ``[real, imag]`` pairs,
+``infos`` and other object columns JSON strings (plain-data tagged, see
+``_plain_data``), and the exact dtype and per-row shape of every column is stored in the
+schema metadata under ``b"envrunners"``. The other layout holds one episode per row:
+RLlib's msgpack episode state in column ``item``.
 
-Reading validates the layout (a clear error names the file and the column) and
-refuses RLlib's packed columns (cloudpickle + LZ4 + base64 strings) unless
+Reading validates the layout (a clear error names the file and the column), gives
+nested columns back nested (structs, and dotted names), and refuses RLlib's packed
+columns (cloudpickle + LZ4 + base64 strings) and Ray Data's pickled objects unless
 ``allow_pickle``.
 """
 
@@ -27,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from envrunners.core._nested import flatten, map_structure
 from envrunners.offline import _plain_data
 from envrunners.policy.sample_batch import SampleBatch
 
@@ -38,6 +43,7 @@ __all__ = [
     "episodes_from_table",
     "episodes_to_rows_table",
     "episodes_to_table",
+    "is_array_tree",
     "rows_table_from_episode_table",
 ]
 
@@ -47,6 +53,10 @@ TENSOR_EXTENSION = b"ray.data.arrow_tensor_v2"
 _EXT_NAME, _EXT_META = b"ARROW:extension:name", b"ARROW:extension:metadata"
 # base64 of an LZ4 frame's magic number: how RLlib's ``pack`` output starts.
 _PACKED_PREFIX = "BCJNGG"
+#: Field metadata of a struct column that holds a tuple (a ``Tuple`` space's values).
+_TUPLE_META = {b"envrunners:nested": b"tuple"}
+#: Ray Data's extension type for values it could only store pickled (RLlib's ``Tuple`` obs).
+_PICKLED_EXTENSION = b"ray.data.arrow_pickled_object"
 
 
 def tensor_column(arr: np.ndarray) -> tuple[Any, Any]:
@@ -191,7 +201,7 @@ def episodes_to_rows_table(episodes: list[Any]) -> Any:
 
     Columns: ``eps_id``, ``agent_id``, ``module_id``, ``obs``, ``actions``, ``rewards``,
     ``new_obs``, ``terminateds``, ``truncateds`` and every extra model output (nested
-    observations are flattened with dots). Never compressed: RLlib reads
+    observations and actions as struct columns). Never compressed: RLlib reads
     uncompressed columns whatever its ``input_compress_columns``.
     """
     return _steps_to_rows_table([s for s in map(_episode_steps, episodes) if s is not None])
@@ -214,11 +224,8 @@ def _steps_to_rows_table(steps: list[tuple]) -> Any:
         lengths.append(n)
         terms.append(terminated)
         truncs.append(truncated)
-    flat: dict[str, Any] = {}
-    for name, parts in (("obs", obs), ("new_obs", new_obs)):
-        _flatten(name, _tree_concat(parts), flat)
-    for name, parts in cols.items():
-        _flatten(name, _tree_concat(parts), flat)
+    joined = {"obs": _tree_concat(obs), "new_obs": _tree_concat(new_obs)}
+    joined.update((name, _tree_concat(parts)) for name, parts in cols.items())
     lengths_arr = np.asarray(lengths, dtype=np.int64)
     n_rows = int(lengths_arr.sum())
     last = np.cumsum(lengths_arr) - 1
@@ -231,34 +238,41 @@ def _steps_to_rows_table(steps: list[tuple]) -> Any:
         "agent_id": (pa.nulls(n_rows), None),
         "module_id": (pa.nulls(n_rows), None),
     }
-    order = ["obs", "actions", "rewards", "new_obs"]
-    names = [k for k in flat if k.split(".")[0] in order]
-    names.sort(key=lambda k: order.index(k.split(".")[0]))
-    for name in names:
-        columns[name] = tensor_column(np.asarray(flat[name]))
+    for name in ("obs", "actions", "rewards", "new_obs"):
+        columns[name] = _step_column(joined.pop(name))
     columns["terminateds"] = (pa.array(done[0]), None)
     columns["truncateds"] = (pa.array(done[1]), None)
-    for name, value in flat.items():
-        if name not in columns:
-            columns[name] = tensor_column(np.asarray(value))
+    for name, value in joined.items():
+        columns[name] = _step_column(value)
     return _table(columns)
 
 
+def _step_column(value: Any) -> tuple[Any, Any]:
+    """A step column as ``(pyarrow array, field metadata)``: arrays as :func:`tensor_column`
+    makes them, a dict / tuple tree (Dict / Tuple spaces) as a struct column, as RLlib's
+    writer stores a Dict observation (a tuple's fields are named ``"0"``, ``"1"``, ... and
+    its field metadata marks it, so it reads back as a tuple)."""
+    import pyarrow as pa
+
+    if not isinstance(value, dict | tuple):
+        return tensor_column(np.asarray(value))
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    children, fields = [], []
+    for key, child in items:
+        arr, meta = _step_column(child)
+        children.append(arr)
+        fields.append(pa.field(str(key), arr.type, metadata=meta))
+    return pa.StructArray.from_arrays(children, fields=fields), (
+        _TUPLE_META if isinstance(value, tuple) else None
+    )
+
+
 def _tree_slice(tree: Any, start: int, stop: int) -> Any:
-    if isinstance(tree, dict):
-        return {k: _tree_slice(v, start, stop) for k, v in tree.items()}
-    if isinstance(tree, tuple):
-        return tuple(_tree_slice(v, start, stop) for v in tree)
-    return tree[start:stop]
+    return map_structure(lambda leaf: leaf[start:stop], tree)
 
 
 def _tree_concat(parts: list[Any]) -> Any:
-    first = parts[0] if parts else None
-    if isinstance(first, dict):
-        return {k: _tree_concat([p[k] for p in parts]) for k in first}
-    if isinstance(first, tuple):
-        return tuple(_tree_concat([p[i] for p in parts]) for i in range(len(first)))
-    return _stack(parts)
+    return map_structure(lambda *leaves: _stack(list(leaves)), *parts) if parts else _stack([])
 
 
 # ------------------------------------------------------------- tables -> columns
@@ -300,6 +314,29 @@ def unpack_rllib(values: list[Any], path: str | None, column: str, allow_pickle:
         raw = base64.b64decode(v) if isinstance(v, str) else v
         out.append(pickle.loads(lz4.frame.decompress(raw)))  # noqa: S301 - allowed by caller
     return np.stack([np.asarray(o) for o in out]) if out else np.zeros(0)
+
+
+def unpack_ray_pickled(values: list[Any], path: str | None, column: str, allow_pickle: bool) -> Any:
+    """Decode Ray Data's pickled-object column (what RLlib writes for values Arrow cannot
+    hold, e.g. ``Tuple`` observations), if ``allow_pickle``.
+
+    Raises:
+        PickleNotAllowedError: without ``allow_pickle`` (names the file and column).
+    """
+    import pickle
+
+    from envrunners.errors import PickleNotAllowedError
+
+    if not allow_pickle:
+        raise PickleNotAllowedError(
+            f"column {column!r} holds pickled Python objects (Ray Data's "
+            "arrow_pickled_object: values Arrow could not store, such as Tuple "
+            "observations); unpickling runs code from the file: pass allow_pickle=True "
+            "for trusted files only",
+            path=path,
+        )
+    out = [pickle.loads(v) for v in values]  # noqa: S301 - allowed by caller
+    return np.asarray(out, dtype=object) if out else np.zeros(0, dtype=object)
 
 
 def _list_column(col: Any, field: Any, path: str | None, name: str) -> np.ndarray:
@@ -345,65 +382,126 @@ def columns_from_table(
 ) -> dict[str, Any]:
     """Decode a one-row-per-step table into numpy columns (``None`` for all-null columns).
 
+    Nested columns come back nested: a struct column (RLlib's ``Dict`` observations)
+    as a dict of its fields' columns (a tuple where its field metadata says so), and
+    columns flattened with dots (``obs.pos``, tuple items ``obs.0``) as a dict under
+    their first name (a tuple when the names are ``0`` .. ``n-1``).
+
     Raises:
         OfflineSchemaError: for a column type that is not a step column (names it).
-        PickleNotAllowedError: for an RLlib-packed column without ``allow_pickle``.
+        PickleNotAllowedError: for an RLlib-packed or Ray-pickled column without
+            ``allow_pickle``.
     """
+    meta = json.loads((table.schema.metadata or {}).get(METADATA_KEY, b"{}"))
+    out: dict[str, Any] = {}
+    for field in table.schema:
+        name = field.name
+        value = _decode_column(table.column(name), field, path, name, allow_pickle)
+        info = meta.get(name) or {}
+        if info and isinstance(value, np.ndarray) and info.get("dtype") not in (None, "json"):
+            dtype = np.dtype(info["dtype"])
+            if dtype.kind == "c":
+                value = value[..., 0] + 1j * value[..., 1]
+            value = value.astype(dtype, copy=False).reshape((len(value), *info["shape"]))
+        elif info.get("dtype") == "json":
+            value = [_plain_data.decode(json.loads(v)) for v in value]
+        out[name] = value
+    return _nest_dotted(out)
+
+
+def _decode_column(col: Any, field: Any, path: str | None, name: str, allow_pickle: bool) -> Any:
+    """One column (or struct field) of a step table as numpy (nested for a struct)."""
     import pyarrow as pa
 
     from envrunners.errors import OfflineSchemaError
 
-    meta = json.loads((table.schema.metadata or {}).get(METADATA_KEY, b"{}"))
-    out: dict[str, Any] = {}
-    for field in table.schema:
-        name, col, typ = field.name, table.column(field.name), field.type
-        info = meta.get(name) or {}
-        if isinstance(typ, pa.ExtensionType):  # e.g. Ray Data's tensor type, when registered
-            shape = getattr(typ, "shape", None)
-            col = pa.chunked_array([c.storage for c in col.chunks], type=typ.storage_type)
-            typ = typ.storage_type
-            if shape is not None:
-                field = pa.field(name, typ, metadata={_EXT_META: json.dumps(list(shape))})
-        if pa.types.is_null(typ):
-            out[name] = None
-        elif (
-            pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ)
-        ):
-            if not (pa.types.is_integer(typ.value_type) or pa.types.is_floating(typ.value_type)
-                    or pa.types.is_boolean(typ.value_type)):  # fmt: skip
-                raise OfflineSchemaError(
-                    f"is a list of {typ.value_type}; expected numbers", path=path, column=name
-                )
-            out[name] = _list_column(col, field, path, name)
-        elif (
-            pa.types.is_string(typ)
-            or pa.types.is_large_string(typ)
-            or pa.types.is_binary(typ)
-            or pa.types.is_large_binary(typ)
-        ):
-            values = col.to_pylist()
-            if info.get("dtype") == "json":
-                out[name] = [_plain_data.decode(json.loads(v)) for v in values]
-            elif _is_packed(values):
-                out[name] = unpack_rllib(values, path, name, allow_pickle)
-            else:
-                out[name] = np.asarray(values, dtype=object)
-        elif pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_boolean(typ):
-            out[name] = col.to_numpy()
-        else:
+    typ = field.type
+    meta = field.metadata or {}
+    if isinstance(typ, pa.ExtensionType):  # Ray Data's types, when registered
+        shape = getattr(typ, "shape", None)
+        ext = typ.extension_name.encode()
+        col = pa.chunked_array([_storage(c) for c in _chunks(col)], type=typ.storage_type)
+        typ = typ.storage_type
+        meta = {_EXT_NAME: ext}
+        if shape is not None:
+            meta[_EXT_META] = json.dumps(list(shape))
+        field = pa.field(name, typ, metadata=meta)
+    if meta.get(_EXT_NAME) == _PICKLED_EXTENSION:
+        return unpack_ray_pickled(col.to_pylist(), path, name, allow_pickle)
+    if pa.types.is_null(typ):
+        return None
+    if pa.types.is_struct(typ):
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if arr.null_count:
+            raise OfflineSchemaError("has null rows in a struct column", path=path, column=name)
+        values = [
+            _decode_column(arr.field(i), typ.field(i), path, f"{name}.{typ.field(i).name}",
+                           allow_pickle)
+            for i in range(typ.num_fields)
+        ]  # fmt: skip
+        if meta.get(b"envrunners:nested") == b"tuple":
+            return tuple(values)
+        return {typ.field(i).name: v for i, v in enumerate(values)}
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        if not (pa.types.is_integer(typ.value_type) or pa.types.is_floating(typ.value_type)
+                or pa.types.is_boolean(typ.value_type)):  # fmt: skip
             raise OfflineSchemaError(
-                f"has Arrow type {typ}, which is not a step column (numbers, fixed-shape "
-                "number lists, strings)",
-                path=path,
-                column=name,
+                f"is a list of {typ.value_type}; expected numbers", path=path, column=name
             )
-        if info and isinstance(out[name], np.ndarray) and info.get("dtype") not in (None, "json"):
-            dtype = np.dtype(info["dtype"])
-            arr = out[name]
-            if dtype.kind == "c":
-                arr = arr[..., 0] + 1j * arr[..., 1]
-            out[name] = arr.astype(dtype, copy=False).reshape((len(arr), *info["shape"]))
+        return _list_column(col, field, path, name)
+    if (
+        pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+        or pa.types.is_binary(typ)
+        or pa.types.is_large_binary(typ)
+    ):
+        values = col.to_pylist()
+        if _is_packed(values):
+            return unpack_rllib(values, path, name, allow_pickle)
+        return np.asarray(values, dtype=object)
+    if pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_boolean(typ):
+        return col.to_numpy()
+    raise OfflineSchemaError(
+        f"has Arrow type {typ}, which is not a step column (numbers, fixed-shape "
+        "number lists, structs of them, strings)",
+        path=path,
+        column=name,
+    )
+
+
+def _chunks(col: Any) -> list[Any]:
+    return list(col.chunks) if hasattr(col, "chunks") else [col]
+
+
+def _storage(chunk: Any) -> Any:
+    return chunk.storage if hasattr(chunk, "storage") else chunk
+
+
+def _nest_dotted(columns: dict[str, Any]) -> dict[str, Any]:
+    """``columns`` with the dotted names of flattened nested columns (``obs.pos``,
+    ``obs.0``) gathered into one nested column under their first name."""
+    if not any("." in name for name in columns):
+        return columns
+    out: dict[str, Any] = {}
+    groups: dict[str, dict[str, Any]] = {}
+    for name, value in columns.items():
+        head, dot, rest = name.partition(".")
+        if not dot or name in groups or head in columns:
+            out[name] = value
+            continue
+        if head not in groups:
+            out[head] = groups[head] = {}
+        groups[head][rest] = value
+    for head, group in groups.items():
+        out[head] = _as_tuple_if_indexed(_nest_dotted(group))
     return out
+
+
+def _as_tuple_if_indexed(group: dict[str, Any]) -> Any:
+    """A tuple for the fields ``"0"`` .. ``"n-1"`` (how tuple items are flattened)."""
+    if list(group) == [str(i) for i in range(len(group))]:
+        return tuple(group.values())
+    return group
 
 
 def _episode_states(table: Any, path: str | None, allow_pickle: bool) -> Iterator[tuple]:
@@ -514,6 +612,15 @@ def episode_batch(ep: Any) -> SampleBatch:
     return batch
 
 
+def is_array_tree(value: Any, numbers: bool = False) -> bool:
+    """Whether ``value`` is a numpy array or a dict / tuple tree of them (with ``numbers``:
+    of non-object dtypes only)."""
+    leaves = flatten(value)
+    return bool(leaves) and all(
+        isinstance(leaf, np.ndarray) and not (numbers and leaf.dtype.kind == "O") for leaf in leaves
+    )
+
+
 def batch_from_columns(cols: dict[str, Any]) -> SampleBatch:
     """A ``SampleBatch`` of the decoded step columns (all-null columns left out)."""
     return SampleBatch({k: v for k, v in cols.items() if v is not None})
@@ -544,16 +651,18 @@ def episodes_from_columns(cols: dict[str, Any], path: str | None = None) -> list
     terms, truncs = cols.get("terminateds"), cols.get("truncateds")
     skip = {"obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "eps_id",
             "agent_id", "module_id", "infos", "t", "unroll_id"}  # fmt: skip
-    extras = {k: v for k, v in cols.items() if k not in skip and isinstance(v, np.ndarray)}
+    extras = {k: v for k, v in cols.items() if k not in skip and is_array_tree(v)}
     out = []
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        last = new_obs[b - 1 : b] if new_obs is not None else np.zeros_like(obs[b - 1 : b])
+        last = _tree_slice(new_obs if new_obs is not None else obs, b - 1, b)
+        if new_obs is None:
+            last = map_structure(np.zeros_like, last)
         out.append(
             SingleAgentEpisode.from_columns(
-                observations=np.concatenate([obs[a:b], last]),
-                actions=cols["actions"][a:b],
+                observations=_tree_concat([_tree_slice(obs, a, b), last]),
+                actions=_tree_slice(cols["actions"], a, b),
                 rewards=np.asarray(rewards[a:b]),
-                extra_model_outputs={k: v[a:b] for k, v in extras.items()},
+                extra_model_outputs={k: _tree_slice(v, a, b) for k, v in extras.items()},
                 terminated=bool(terms[b - 1]) if terms is not None else False,
                 truncated=bool(truncs[b - 1]) if truncs is not None else False,
                 id_=str(eps[a]) if eps is not None else None,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from envrunners.errors import ConfigError
+from envrunners.offline._parquet import columns_from_table, is_array_tree
 from envrunners.offline.offline_prelearner import OfflinePreLearner
 from envrunners.policy.sample_batch import MultiAgentBatch, SampleBatch
 
@@ -207,7 +208,7 @@ class OfflineData:
         if self.batch_iterators is None:
             self.batch_iterators = iter(
                 self.data.iter_batches(
-                    batch_size=num_samples, batch_format="numpy", **self.iter_batches_kwargs
+                    batch_size=num_samples, batch_format="pyarrow", **self.iter_batches_kwargs
                 )
             )
         try:
@@ -215,7 +216,14 @@ class OfflineData:
         except StopIteration:  # start the next pass over the data, as RLlib does
             self.batch_iterators = None
             return self.sample(num_samples, return_iterator, num_shards, module_state)
-        steps = SampleBatch(
-            {k: v for k, v in batch.items() if v.dtype.kind != "O" or k == "eps_id"}
-        )
+        steps = _step_batch(batch)
         return MultiAgentBatch({"default_policy": steps}, env_steps=steps.count)
+
+
+def _step_batch(table: Any) -> SampleBatch:
+    """The pre-learner's rows as a ``SampleBatch``: number columns (nested ones, such as
+    Dict observations, as nested arrays) and ``eps_id``; other object columns are left out."""
+    cols = columns_from_table(table, "ray.data batch")
+    return SampleBatch(
+        {k: v for k, v in cols.items() if k == "eps_id" or is_array_tree(v, numbers=True)}
+    )
