@@ -27,6 +27,7 @@ from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.connectors.connector_v2 import ConnectorV2
 from envrunners.connectors.env_to_module import FrameStackingEnvToModule, PrevActionsPrevRewards
 from envrunners.connectors.vector_episodes import VectorEpisodeTracker
+from envrunners.core._nested import map_structure
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
@@ -35,7 +36,7 @@ from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 from envrunners.errors import ConfigError, EnvRunnerError, NonFiniteEnvDataError
 from envrunners.sampling._overlap_choice import MIN_COST_S, available_cpus, choose_overlap
-from envrunners.sampling.buffers import RecurrentState, cell_writer, tree_map
+from envrunners.sampling.buffers import RecurrentState, cell_writer
 from envrunners.sampling.finite_checks import ObsRewardCheck
 from envrunners.sampling.single_agent import SingleAgentSampler
 
@@ -203,7 +204,7 @@ def make_sampler(env, lookback=2):
 
 
 def _concat(parts):
-    return tree_map(lambda *leaves: np.concatenate(leaves), *parts)
+    return map_structure(lambda *leaves: np.concatenate(leaves), *parts)
 
 
 def collect(sampler, calls, timesteps, act_fn, lookbacks=None, **kw):
@@ -233,8 +234,8 @@ def collect(sampler, calls, timesteps, act_fn, lookbacks=None, **kw):
                 if chunk.observations.lookback:  # the observation before its first one
                     look = chunk.get_observations(-1, neg_index_as_lookback=True)
                     seen = _concat(prev["obs"])
-                    tree_map(lambda x, y: np.testing.assert_array_equal(x, y[-2]), look, seen)
-                prev["obs"].append(tree_map(lambda a: a[1:], chunk.get_observations()))
+                    map_structure(lambda x, y: np.testing.assert_array_equal(x, y[-2]), look, seen)
+                prev["obs"].append(map_structure(lambda a: a[1:], chunk.get_observations()))
             else:
                 assert chunk.t_started == 0 and (prev is None or prev["done"])
                 prev = open_[i] = {"id": chunk.id_, "obs": [chunk.get_observations()], "len": 0}
@@ -267,7 +268,7 @@ def assert_same_trajectories(sync_eps, async_eps, min_episodes=2, extras=("vf_pr
                 assert s["len"] == a["len"] and s["flags"] == a["flags"], where
                 compared += 1
             obs_s, obs_a = _concat(s["obs"]), _concat(a["obs"])
-            tree_map(_equal_prefix(m + 1, where), obs_s, obs_a)
+            map_structure(_equal_prefix(m + 1, where), obs_s, obs_a)
             np.testing.assert_array_equal(
                 np.concatenate(s["actions"])[:m], np.concatenate(a["actions"])[:m], where
             )
@@ -277,7 +278,7 @@ def assert_same_trajectories(sync_eps, async_eps, min_episodes=2, extras=("vf_pr
             for key in extras:
                 x = _concat([e[key] for e in s["extras"]])
                 y = _concat([e[key] for e in a["extras"]])
-                tree_map(_equal_prefix(m, where), x, y)
+                map_structure(_equal_prefix(m, where), x, y)
             assert s["infos"][:m] == a["infos"][:m], where
     assert compared >= min_episodes * len(sync_eps)
 

@@ -19,6 +19,7 @@ from tests.envs.simple import CountingEnv, FailingEnv
 from torch import nn
 
 from envrunners.algorithms.algorithm_config import AlgorithmConfig
+from envrunners.core._nested import map_structure
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
@@ -26,7 +27,7 @@ from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 from envrunners.errors import ConfigError, ModuleActingError
-from envrunners.sampling.buffers import RecurrentState, tree_map
+from envrunners.sampling.buffers import RecurrentState
 from envrunners.sampling.single_agent import SingleAgentSampler
 
 SO = Columns.STATE_OUT
@@ -365,7 +366,7 @@ def test_default_lstm_state_out_rebuilds_state_in_across_chunks(vf_share_layers)
     module = runner.module
     try:
         assert module.is_stateful()
-        initial = tree_map(lambda t: t.numpy(), module.get_initial_state())
+        initial = map_structure(lambda t: t.numpy(), module.get_initial_state())
         last_state_out = {}
         checked_continuations = 0
         for _ in range(4):
@@ -373,25 +374,25 @@ def test_default_lstm_state_out_rebuilds_state_in_across_chunks(vf_share_layers)
                 states = e.get_extra_model_outputs(SO)
                 # RLlib's layout: nested like get_initial_state(), (T, 1, cell) leaves.
                 n = len(e)
-                tree_map(lambda s, i, n=n: _assert_shape(s, (n, *i.shape)), states, initial)
+                map_structure(lambda s, i, n=n: _assert_shape(s, (n, *i.shape)), states, initial)
                 if e.t_started == 0:
                     state_in = initial
                 else:  # the carried lookback step holds the previous chunk's last state
                     state_in = e.get_extra_model_outputs(SO, -1, neg_index_as_lookback=True)
-                    tree_map(np.testing.assert_array_equal, state_in, last_state_out[e.id_])
+                    map_structure(np.testing.assert_array_equal, state_in, last_state_out[e.id_])
                     checked_continuations += 1
                 obs = e.get_observations(slice(0, len(e)))
                 for t in range(len(e)):
                     out = _forward_one(module, obs[t], state_in)
-                    state_t = tree_map(lambda s, t=t: s[t], states)
-                    tree_map(
+                    state_t = map_structure(lambda s, t=t: s[t], states)
+                    map_structure(
                         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                         out,
                         state_t,
                     )
                     state_in = state_t  # state_in at t+1 = state_out at t
                 if not e.is_done:
-                    last_state_out[e.id_] = tree_map(lambda s: s[-1], states)
+                    last_state_out[e.id_] = map_structure(lambda s: s[-1], states)
         assert checked_continuations > 0
     finally:
         runner.stop()
@@ -405,11 +406,11 @@ def _forward_one(module, obs, state_in):
     """The module's own forward on one step (B=1, T=1): its state_out as numpy."""
     batch = {
         Columns.OBS: torch.from_numpy(np.asarray(obs, np.float32)[None, None]),
-        Columns.STATE_IN: tree_map(lambda s: torch.from_numpy(np.asarray(s)[None]), state_in),
+        Columns.STATE_IN: map_structure(lambda s: torch.from_numpy(np.asarray(s)[None]), state_in),
     }
     with torch.no_grad():
         out = module.forward_inference(batch)
-    return tree_map(lambda s: s[0].numpy(), out[SO])
+    return map_structure(lambda s: s[0].numpy(), out[SO])
 
 
 def test_default_lstm_with_prev_action_and_reward_samples():
@@ -478,6 +479,8 @@ def test_default_lstm_on_stateless_cartpole():
             for e in eps:
                 assert e.get_observations().shape[1:] == (2,)
                 n = len(e)
-                tree_map(lambda s, n=n: _assert_shape(s, (n, 1, 16)), e.get_extra_model_outputs(SO))
+                map_structure(
+                    lambda s, n=n: _assert_shape(s, (n, 1, 16)), e.get_extra_model_outputs(SO)
+                )
     finally:
         runner.stop()

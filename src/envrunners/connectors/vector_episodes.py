@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from envrunners.sampling.buffers import tree_map
+from envrunners.core._nested import map_structure
 
 __all__ = ["SubEnvEpisodeView", "VectorEpisodeTracker", "VectorEpisodes", "row_of"]
 
@@ -199,8 +199,10 @@ class VectorEpisodeTracker:
             return
         if self._actions_by_env is None:  # every row a valid action until one is written
             n = self.num_envs
-            self._actions_by_env = tree_map(lambda a: np.repeat(np.asarray(a)[:1], n, 0), actions)
-        tree_map(lambda store, a: store.__setitem__(ids, a), self._actions_by_env, actions)
+            self._actions_by_env = map_structure(
+                lambda a: np.repeat(np.asarray(a)[:1], n, 0), actions
+            )
+        map_structure(lambda store, a: store.__setitem__(ids, a), self._actions_by_env, actions)
 
     def after_step(self, results: Any) -> None:
         """Note the rewards and episode ends of a step of every sub-env (or the env's
@@ -266,5 +268,5 @@ class VectorEpisodeTracker:
         dones = step_dones & ~starts
         self._dones[ids] = dones
         store = self._actions_by_env
-        actions = None if store is None else tree_map(lambda a: a[ids], store)
+        actions = None if store is None else map_structure(lambda a: a[ids], store)
         return VectorEpisodes(observations, starts, lengths, dones, actions, rewards, ids, n)

@@ -49,11 +49,23 @@ def unflatten_as(structure: Any, leaves: list[Any]) -> Any:
 
 
 def map_structure(fn: Callable[..., Any], structure: Any, *others: Any) -> Any:
-    """``fn`` applied leaf-wise to ``structure`` (and same-shaped ``others``)."""
-    if isinstance(structure, Mapping):
-        return {k: map_structure(fn, v, *(o[k] for o in others)) for k, v in structure.items()}
-    if isinstance(structure, (tuple, list)):
-        built = [map_structure(fn, v, *(o[i] for o in others)) for i, v in enumerate(structure)]
+    """``fn`` applied leaf-wise to ``structure`` (and same-shaped ``others``).
+
+    Exact ``dict`` / ``tuple`` / ``list`` nodes and array leaves are told apart by type
+    first (the sampler maps states and outputs per step); other mappings and
+    sequences take the ``isinstance`` checks.
+    """
+    kind = type(structure)
+    if kind is dict or (kind is not np.ndarray and isinstance(structure, Mapping)):
+        if not others:
+            return {k: map_structure(fn, v) for k, v in structure.items()}
+        return {k: map_structure(fn, v, *[o[k] for o in others]) for k, v in structure.items()}
+    if (
+        kind is tuple
+        or kind is list
+        or (kind is not np.ndarray and isinstance(structure, tuple | list))
+    ):
+        built = [map_structure(fn, v, *[o[i] for o in others]) for i, v in enumerate(structure)]
         return built if isinstance(structure, list) else tuple(built)
     return fn(structure, *others)
 

@@ -24,6 +24,7 @@ from envrunners.connectors.module_to_env import ModuleToEnvPipeline, NormalizeAn
 from envrunners.connectors.module_to_env.normalize_and_clip_actions import has_box_leaf
 from envrunners.connectors.reward_clipping import clip_rewards_fn
 from envrunners.connectors.vector_episodes import row_of
+from envrunners.core._nested import map_structure
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act, initial_state_batch
 from envrunners.env.env_context import EnvContext
@@ -36,7 +37,7 @@ from envrunners.env.vector.envpool_vector_env import envpool_from_config, is_env
 from envrunners.env.vector.fast_sync_vector_env import FastSyncVectorEnv
 from envrunners.env.vector.shared_memory_vector_env import SharedMemoryVectorEnv
 from envrunners.errors import ConfigError, EnvCreatorError, SpaceError
-from envrunners.sampling.buffers import RecurrentState, tree_map
+from envrunners.sampling.buffers import RecurrentState
 
 logger = logging.getLogger("envrunners")
 
@@ -505,7 +506,7 @@ def recurrent_state(module: Any, num_envs: int, action_space: gym.Space) -> Recu
     if module is None or not module.is_stateful():
         return None
     model_config = getattr(module, "model_config", None) or {}
-    initial = tree_map(lambda leaf: leaf[0], initial_state_batch(module, 1))
+    initial = map_structure(lambda leaf: leaf[0], initial_state_batch(module, 1))
     return RecurrentState(
         initial,
         num_envs,

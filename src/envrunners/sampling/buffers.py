@@ -16,17 +16,9 @@ from typing import Any
 import numpy as np
 
 from envrunners.core import _nested
+from envrunners.core._nested import map_structure
 
-__all__ = ["ColumnBuffer", "RecurrentState", "cell_writer", "tree_map"]
-
-
-def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
-    """Apply ``fn`` to the array leaves of a dict/tuple/list structure (and its twins)."""
-    if isinstance(tree, dict):
-        return {k: tree_map(fn, v, *(r[k] for r in rest)) for k, v in tree.items()}
-    if isinstance(tree, tuple | list):
-        return type(tree)(tree_map(fn, v, *(r[i] for r in rest)) for i, v in enumerate(tree))
-    return fn(tree, *rest)
+__all__ = ["ColumnBuffer", "RecurrentState", "cell_writer"]
 
 
 def _with_rows(leaf: np.ndarray, value: Any, rows: list[int]) -> np.ndarray:
@@ -83,7 +75,7 @@ class ColumnBuffer:
 
     def __init__(self, example_row: Any, capacity: int):
         self.capacity = capacity
-        self.data = tree_map(lambda x: _leaf_alloc(x, capacity), example_row)
+        self.data = map_structure(lambda x: _leaf_alloc(x, capacity), example_row)
         self._cells: Any = None
 
     def ensure(self, rows: int) -> None:
@@ -97,7 +89,7 @@ class ColumnBuffer:
             new[: self.capacity] = old
             return new
 
-        self.data = tree_map(grow, self.data)
+        self.data = map_structure(grow, self.data)
         self.capacity = new_cap
         self._cells = None
 
@@ -106,13 +98,13 @@ class ColumnBuffer:
         if isinstance(self.data, np.ndarray):
             self.data[row] = value
         else:
-            tree_map(lambda buf, v: buf.__setitem__(row, v), self.data, value)
+            map_structure(lambda buf, v: buf.__setitem__(row, v), self.data, value)
 
     def row(self, row: int) -> Any:
         """A view of row ``row`` (all sub-envs)."""
         if isinstance(self.data, np.ndarray):
             return self.data[row]
-        return tree_map(lambda buf: buf[row], self.data)
+        return map_structure(lambda buf: buf[row], self.data)
 
     def cells(self) -> Any:
         """The buffer as ``(capacity * num_envs, *shape)`` views: cell ``row * num_envs + env``.
@@ -123,7 +115,7 @@ class ColumnBuffer:
         """
         cells = self._cells
         if cells is None:
-            cells = self._cells = tree_map(lambda a: a.reshape(-1, *a.shape[2:]), self.data)
+            cells = self._cells = map_structure(lambda a: a.reshape(-1, *a.shape[2:]), self.data)
         return cells
 
     def write_at(self, cells: np.ndarray, value: Any) -> None:
@@ -133,20 +125,20 @@ class ColumnBuffer:
         if type(flat) is np.ndarray:
             flat[cells] = value
         else:
-            tree_map(lambda buf, v: buf.__setitem__(cells, v), flat, value)
+            map_structure(lambda buf, v: buf.__setitem__(cells, v), flat, value)
 
     def gather(self, cells: np.ndarray) -> Any:
         """The batch of cells ``cells[j]`` (a copy), in their order (see :meth:`cells`)."""
         flat = self.cells()
         if type(flat) is np.ndarray:
             return flat.take(cells, axis=0)
-        return tree_map(lambda buf: buf.take(cells, axis=0), flat)
+        return map_structure(lambda buf: buf.take(cells, axis=0), flat)
 
     @classmethod
     def for_envs(cls, example_batch: Any, num_envs: int, capacity: int) -> ColumnBuffer:
         """A buffer of ``num_envs`` columns shaped like the rows of ``example_batch``
         (a batch of any size, e.g. the first ready-first batch)."""
-        example = tree_map(
+        example = map_structure(
             lambda a: np.zeros((num_envs, *np.shape(a)[1:]), np.asarray(a).dtype), example_batch
         )
         return cls(example, capacity)
@@ -190,7 +182,7 @@ class RecurrentState:
         prev_action_example: Any = None,
         prev_rewards: bool = False,
     ):
-        self.initial = tree_map(np.asarray, initial)
+        self.initial = map_structure(np.asarray, initial)
         self.num_envs = num_envs
         self.state: Any = None
         self._prev_action = prev_action_example
@@ -205,11 +197,11 @@ class RecurrentState:
         """Put the given sub-envs (all if None) back to the initial state and zero inputs."""
         if rows is None or self.state is None:
             n = self.num_envs
-            self.state = tree_map(lambda v: np.repeat(v[None], n, axis=0), self.initial)
+            self.state = map_structure(lambda v: np.repeat(v[None], n, axis=0), self.initial)
             if self._prev_rewards or self._prev_action is not None:
                 self.extra_inputs = {}
             if self._prev_action is not None:
-                self.extra_inputs["prev_actions"] = tree_map(
+                self.extra_inputs["prev_actions"] = map_structure(
                     lambda a: np.zeros((n, *np.shape(a)), np.asarray(a).dtype), self._prev_action
                 )
             if self._prev_rewards:
@@ -221,19 +213,21 @@ class RecurrentState:
             for leaf, init in zip(self._leaves(), initial, strict=True):
                 leaf[index] = init
         else:  # copies: ``state`` is the module's ``state_out``, which it may still hold
-            self.state = tree_map(
+            self.state = map_structure(
                 lambda leaf, init: _with_rows(leaf, init, rows), self.state, self.initial
             )
         if self.extra_inputs is not None:
             for value in self.extra_inputs.values():
-                tree_map(lambda leaf: leaf.__setitem__(rows, 0), value)
+                map_structure(lambda leaf: leaf.__setitem__(rows, 0), value)
 
     def own(self) -> None:
         """Make ``state`` (and the extra inputs) arrays this object owns, so that rows can
         be written in place (``state`` may be a module's output)."""
-        self.state = self._owned = tree_map(np.array, self.state)
+        self.state = self._owned = map_structure(np.array, self.state)
         if self.extra_inputs is not None:
-            self.extra_inputs = {k: tree_map(np.array, v) for k, v in self.extra_inputs.items()}
+            self.extra_inputs = {
+                k: map_structure(np.array, v) for k, v in self.extra_inputs.items()
+            }
 
     def rows(self, envs: np.ndarray) -> tuple[Any, dict[str, Any] | None]:
         """The state and extra inputs of the sub-envs ``envs`` (a ready-first batch)."""
@@ -243,7 +237,7 @@ class RecurrentState:
         inputs = self.extra_inputs
         if inputs is None:
             return state, None
-        return state, {k: tree_map(lambda leaf: leaf[envs], v) for k, v in inputs.items()}
+        return state, {k: map_structure(lambda leaf: leaf[envs], v) for k, v in inputs.items()}
 
     def set_rows(self, envs: np.ndarray, state_out: Any) -> None:
         """Store the module's ``state_out`` for the sub-envs ``envs`` (after ``own()``)."""
@@ -265,7 +259,9 @@ class RecurrentState:
         if inputs is None:
             return
         if self._prev_action is not None:
-            tree_map(lambda leaf, a: leaf.__setitem__(envs, a), inputs["prev_actions"], actions)
+            map_structure(
+                lambda leaf, a: leaf.__setitem__(envs, a), inputs["prev_actions"], actions
+            )
         if self._prev_rewards:
             inputs["prev_rewards"][envs] = rewards
 
@@ -275,6 +271,6 @@ class RecurrentState:
         if inputs is None:
             return
         if self._prev_action is not None:
-            inputs["prev_actions"] = tree_map(np.copy, actions)
+            inputs["prev_actions"] = map_structure(np.copy, actions)
         if self._prev_rewards:
             inputs["prev_rewards"] = rewards.astype(np.float32)

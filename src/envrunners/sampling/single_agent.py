@@ -38,12 +38,13 @@ import gymnasium as gym
 import numpy as np
 
 from envrunners.core import _nested
+from envrunners.core._nested import map_structure
 from envrunners.core.columns import Columns
 from envrunners.env._episode_ids import new_episode_id
 from envrunners.env.env_runner import ENV_STEP_FAILURE
 from envrunners.env.single_agent_episode import SingleAgentEpisode
 from envrunners.errors import EnvRunnerError, NonFiniteEnvDataError
-from envrunners.sampling.buffers import ColumnBuffer, RecurrentState, cell_writer, tree_map
+from envrunners.sampling.buffers import ColumnBuffer, RecurrentState, cell_writer
 from envrunners.sampling.finite_checks import ObsRewardCheck, episode_step_error
 from envrunners.sampling.sample_result import EpisodeStats, SampleResult
 
@@ -169,7 +170,7 @@ class SingleAgentSampler:
     # -- episode state -------------------------------------------------------------
     def start(self, raw_obs: Any, infos: list[dict]) -> None:
         """Begin fresh episodes on every sub-env from a reset's observations."""
-        self._cur_obs = tree_map(np.copy, self.obs_fn(raw_obs))
+        self._cur_obs = map_structure(np.copy, self.obs_fn(raw_obs))
         self._cur_infos = list(infos)
         self._begin_episodes(ready_first=False)
 
@@ -205,7 +206,7 @@ class SingleAgentSampler:
     def _capacity(self, rows: int) -> None:
         """Make room for ``rows`` step rows (and ``rows + 1`` observation rows)."""
         if self._obs is None and self._cur_obs is not None:
-            example = tree_map(lambda a: np.asarray(a), self._cur_obs)
+            example = map_structure(lambda a: np.asarray(a), self._cur_obs)
             self._obs = ColumnBuffer(example, rows + 1)
         if self._obs is not None:  # ready-first: made from the first received batch
             self._obs.ensure(rows + 1)
@@ -403,13 +404,13 @@ class SingleAgentSampler:
         for key in self._extras_written - prev_written:
             # Not carried by the previous call (e.g. it sampled random actions):
             # its lookback rows hold stale values; zeros stand in, as for a new key.
-            tree_map(lambda a: a[:base].fill(0), self._extras[key].data)
+            map_structure(lambda a: a[:base].fill(0), self._extras[key].data)
         self._seq[base:row] = self.weights_seq_no
         self._cut_episodes(result, finished, seg_start, row, episode_mode)
         self._carry_lookback(seg_start, row, episode_mode)
         if row == base:  # no step: the carried rows are still the earlier call's
             self._extras_written = prev_written
-        self._cur_obs = tree_map(np.copy, self._obs.row(row))
+        self._cur_obs = map_structure(np.copy, self._obs.row(row))
         self._cur_infos = self._infos[row]  # None: no info dict in the last row
         return result
 
@@ -629,7 +630,7 @@ class SingleAgentSampler:
                 a[:base] = 0
                 a[base, carried] = 0
 
-            tree_map(zero, self._extras[key].data)
+            map_structure(zero, self._extras[key].data)
         seq_carried = self._seq[base, carried]
         self._seq[base : end + 1] = self.weights_seq_no
         self._seq[base, carried] = seq_carried  # those actions came from the last call
@@ -710,7 +711,7 @@ class SingleAgentSampler:
         rows = ptr[None, :] + np.arange(-base, 1)[:, None]
         cols = np.arange(n)[None, :]
         for col in self._columns():
-            tree_map(lambda a: a.__setitem__(slice(0, base + 1), a[rows, cols]), col)
+            map_structure(lambda a: a.__setitem__(slice(0, base + 1), a[rows, cols]), col)
         table = self._infos
         if any(table[: end + 1]):
             table[: base + 1] = [
@@ -777,7 +778,7 @@ class SingleAgentSampler:
             if keep + extra:
                 src, dst = slice(old - keep, old + extra), slice(new - keep, new + extra)
                 for col in self._columns():
-                    tree_map(lambda a: a.__setitem__(dst, a[src].copy()), col)
+                    map_structure(lambda a: a.__setitem__(dst, a[src].copy()), col)
                 self._infos[dst] = self._infos[src]
             self._lb_len = [min(n, keep) for n in self._lb_len]
             self._base = new
@@ -816,7 +817,7 @@ class SingleAgentSampler:
             return
         src = slice(row - base, row)
         for col in self._columns():
-            tree_map(lambda a: a.__setitem__(slice(0, base), a[src].copy()), col)
+            map_structure(lambda a: a.__setitem__(slice(0, base), a[src].copy()), col)
         self._infos[0:base] = self._infos[src]
 
     def _cut_episodes(
@@ -950,7 +951,7 @@ class SingleAgentSampler:
 
 def _first_rows(batch: Any, k: int) -> Any:
     """The first ``k`` rows of each leaf of ``batch``."""
-    return tree_map(lambda a: np.asarray(a)[:k], batch)
+    return map_structure(lambda a: np.asarray(a)[:k], batch)
 
 
 def _keep_failing_error(lost_steps: int, failures: int) -> EnvRunnerError:
@@ -1041,11 +1042,11 @@ def _leaf_writer(flat: Any) -> Callable[[np.ndarray, Any], None]:
 def _to_env_major(data: Any, rows: int) -> Any:
     # ``copy()`` (not ``ascontiguousarray``): with one sub-env the swap is already
     # contiguous and would stay a view of the reused buffer.
-    return tree_map(lambda a: np.swapaxes(a[:rows], 0, 1).copy(), data)
+    return map_structure(lambda a: np.swapaxes(a[:rows], 0, 1).copy(), data)
 
 
 def _slicer(block: Any) -> Callable[[int, int, int], Any]:
     """``f(env, start, stop)`` -> the view of those rows of ``block`` (or of each leaf)."""
     if isinstance(block, np.ndarray):
         return lambda env, start, stop: block[env, start:stop]
-    return lambda env, start, stop: tree_map(lambda a: a[env, start:stop], block)
+    return lambda env, start, stop: map_structure(lambda a: a[env, start:stop], block)
