@@ -31,7 +31,7 @@ from envrunners.core.columns import Columns
 from envrunners.env._empty_infos import EmptyInfosBuffer
 from envrunners.env._episode_ids import new_episode_id
 from envrunners.env._episode_transport import episode_reduce, own_slots
-from envrunners.env.utils._structs import batch, leaf_len, map_structure, struct_equal, unbatch
+from envrunners.env.utils._structs import batch, leaf_len, struct_equal, unbatch
 from envrunners.env.utils.infinite_lookback_buffer import Indices, InfiniteLookbackBuffer
 from envrunners.errors import SpaceError
 from envrunners.utils.spaces import (
@@ -39,6 +39,7 @@ from envrunners.utils.spaces import (
     gym_space_from_dict,
     gym_space_to_dict,
 )
+from envrunners.utils.tree import map_structure
 
 if TYPE_CHECKING:
     from envrunners.policy.sample_batch import SampleBatch

@@ -3,88 +3,22 @@
 Why: observations and model outputs can be nested (gymnasium ``Dict``/``Tuple``
 spaces, recurrent state dicts). Episodes keep such data either as a list of
 per-step structs or, once finalized, as one struct of batch-first numpy arrays.
-These helpers convert between the two without depending on ``dm-tree``.
-
-A *struct* is a ``dict`` (any mapping subclass, rebuilt with its own type) or a
-``tuple`` (namedtuples are rebuilt with their fields); everything else, lists
-included, is a leaf.
+These helpers convert between the two without depending on ``dm-tree``; they walk
+structs with :mod:`envrunners.utils.tree`: a *struct* is a mapping (rebuilt with its
+own type) or a ``tuple`` (namedtuples are rebuilt with their fields); everything
+else, lists included, is a leaf.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "batch",
-    "flatten",
-    "is_struct",
-    "leaf_len",
-    "map_structure",
-    "struct_equal",
-    "unbatch",
-]
+from envrunners.utils.tree import is_container, map_structure
 
-
-def is_struct(x: Any) -> bool:
-    """Return whether ``x`` is a nested container (dict or tuple) rather than a leaf."""
-    return isinstance(x, (dict, tuple))
-
-
-def _rebuild(template: Any, values: list[Any]) -> Any:
-    """Build a container of the same kind as ``template`` holding ``values`` in order."""
-    if isinstance(template, dict):
-        return type(template)(zip(template.keys(), values))
-    if hasattr(template, "_fields"):  # namedtuple
-        return type(template)(*values)
-    return tuple(values)
-
-
-def _children(x: Any) -> Iterator[Any]:
-    """Yield the direct children of a struct in its canonical order."""
-    if isinstance(x, dict):
-        yield from x.values()
-    else:
-        yield from x
-
-
-def flatten(struct: Any) -> list[Any]:
-    """Return the leaves of ``struct`` in depth-first order (dicts in their key order)."""
-    if not is_struct(struct):
-        return [struct]
-    out: list[Any] = []
-    for child in _children(struct):
-        out.extend(flatten(child))
-    return out
-
-
-def map_structure(fn: Callable[..., Any], *structs: Any) -> Any:
-    """Apply ``fn`` leaf-wise over structs shaped like the first one.
-
-    Dict children of the other structs are looked up by key (so key order may
-    differ); a missing key or a tuple of another length raises ``ValueError``.
-    """
-    first = structs[0]
-    if not is_struct(first):
-        return fn(*structs)
-    if isinstance(first, dict):
-        values = []
-        for key, child in first.items():
-            try:
-                others = [s[key] for s in structs[1:]]
-            except (KeyError, TypeError, IndexError) as err:
-                raise ValueError(f"Nested structures differ: key {key!r} is missing.") from err
-            values.append(map_structure(fn, child, *others))
-        return _rebuild(first, values)
-    for s in structs[1:]:
-        if not isinstance(s, tuple) or len(s) != len(first):
-            raise ValueError(
-                f"Nested structures differ: a tuple of length {len(first)} vs {type(s).__name__}."
-            )
-    values = [map_structure(fn, *children) for children in zip(*structs)]
-    return _rebuild(first, values)
+__all__ = ["batch", "leaf_len", "struct_equal", "unbatch"]
 
 
 def batch(items: list[Any]) -> Any:
@@ -96,7 +30,7 @@ def batch(items: list[Any]) -> Any:
     if len(items) == 0:
         return np.zeros((0,))
     first = items[0]
-    if not is_struct(first):
+    if not is_container(first):
         if isinstance(first, np.ndarray):
             return _stack(items)
         return np.asarray(items)
@@ -136,8 +70,8 @@ def _stack(arrays: Any) -> np.ndarray:
 
 def leaf_len(struct: Any) -> int:
     """Return the batch size of a struct of batch-first arrays (length of its first leaf)."""
-    while is_struct(struct):
-        children = list(_children(struct))
+    while is_container(struct):
+        children = list(struct.values() if isinstance(struct, Mapping) else struct)
         if not children:
             return 0
         struct = children[0]
@@ -147,14 +81,14 @@ def leaf_len(struct: Any) -> int:
 def unbatch(struct: Any) -> list[Any]:
     """Split a struct of batch-first arrays into a list of per-row structs."""
     n = leaf_len(struct)
-    if not is_struct(struct):
+    if not is_container(struct):
         return list(struct)
     return [map_structure(lambda leaf, i=i: leaf[i], struct) for i in range(n)]
 
 
 def struct_equal(a: Any, b: Any) -> bool:
     """Return whether two nested values have the same structure and equal leaves."""
-    if is_struct(a) or is_struct(b):
+    if is_container(a) or is_container(b):
         if type(a) is not type(b) and not (isinstance(a, dict) and isinstance(b, dict)):
             if not (isinstance(a, tuple) and isinstance(b, tuple)):
                 return False

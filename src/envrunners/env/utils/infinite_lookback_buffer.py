@@ -19,14 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envrunners.env.utils._structs import (
-    batch,
-    is_struct,
-    leaf_len,
-    map_structure,
-    struct_equal,
-    unbatch,
-)
+from envrunners.env.utils._structs import batch, leaf_len, struct_equal, unbatch
 from envrunners.utils.spaces import (
     get_base_struct_from_space,
     gym_space_from_dict,
@@ -34,6 +27,7 @@ from envrunners.utils.spaces import (
     one_hot_encode,
     one_hot_size,
 )
+from envrunners.utils.tree import is_container, map_structure
 
 __all__ = ["InfiniteLookbackBuffer"]
 
@@ -133,7 +127,7 @@ class InfiniteLookbackBuffer:
                 )
         elif isinstance(items, list):
             self.data.extend(items)
-        elif is_struct(items) or isinstance(items, np.ndarray):
+        elif is_container(items) or isinstance(items, np.ndarray):
             self.data.extend(unbatch(items))
         else:
             self.data.extend(list(items))
@@ -241,7 +235,7 @@ class InfiniteLookbackBuffer:
             else:
                 first = self.data[0]
                 numeric = isinstance(fill, (int, float, np.number)) and not isinstance(fill, bool)
-                if is_struct(first) or not numeric or not _is_numeric_leaf(first):
+                if is_container(first) or not numeric or not _is_numeric_leaf(first):
                     return fill  # e.g. infos dicts: pad with the fill value itself
             return map_structure(lambda x: self._leaf_fill(None, fill, False, like=x), first)
         return map_structure(lambda s: self._leaf_fill(s, fill, one_hot), self.space_struct)
@@ -407,7 +401,7 @@ class InfiniteLookbackBuffer:
             parts = [np.repeat(block[None], left, axis=0), c, np.repeat(block[None], right, axis=0)]
             return np.concatenate(parts, axis=0)
 
-        if is_struct(core):
+        if is_container(core):
             return map_structure(pad_leaf, core, filler)
         return pad_leaf(core, filler)
 
