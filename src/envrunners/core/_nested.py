@@ -3,6 +3,8 @@
 Structured spaces (``Dict``, ``Tuple``) give nested actions and observations, and
 recurrent modules nested states; these helpers walk them in one fixed order (dict
 insertion order, sequence order) so a flat list of leaves maps back to its place.
+Lists are nodes here (a state or action may be one); ``envrunners.utils.tree``, for
+batch columns and episode buffers, takes a list as a leaf (a column of values).
 """
 
 from __future__ import annotations
