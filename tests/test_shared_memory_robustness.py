@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
+import sys
+import threading
 import time
 
 import gymnasium as gym
@@ -27,6 +30,7 @@ from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.env.vector import SharedMemoryVectorEnv
+from envrunners.env.vector.shared_memory_vector_env import default_start_method
 from envrunners.errors import ConfigError, VectorEnvWorkerDiedError, VectorEnvWorkerHungError
 from envrunners.sampling._overlap_choice import available_cpus
 
@@ -259,3 +263,98 @@ def test_auto_overlap_announces_only_the_env_it_uses(slow):
     finally:
         runner.stop()
     assert not mp.active_children()
+
+
+# -- the workers' start method --------------------------------------------------------------
+#: Taken by ``LockedCartPole``'s constructor; a thread of the test holds it meanwhile.
+_BUILD_LOCK = threading.Lock()
+
+
+class LockedCartPole(gym.Wrapper):
+    """CartPole whose constructor takes a module-level lock: a forked worker inherits
+    the lock as the parent's other thread holds it and waits forever (how native
+    libraries' thread pools break forked children); a worker that imports this module
+    afresh finds it free."""
+
+    def __init__(self):
+        with _BUILD_LOCK:
+            super().__init__(gym.make("CartPole-v1"))
+
+
+def _spaces():
+    env = gym.make("CartPole-v1")
+    return {"observation_space": env.observation_space, "action_space": env.action_space}
+
+
+@pytest.fixture
+def lock_held_by_another_thread():
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with _BUILD_LOCK:
+            held.set()
+            release.wait()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    held.wait()
+    yield
+    release.set()
+    thread.join()
+
+
+def test_workers_start_from_a_forkserver_where_other_threads_run(lock_held_by_another_thread):
+    """This process runs threads (the fixture's, BLAS's), so the default start method is
+    the forkserver: the workers build their sub-envs while the lock is held here. Forced
+    to fork, the same workers inherit the held lock and hang (and are reported)."""
+    assert default_start_method() == "forkserver"
+    env = SharedMemoryVectorEnv([LockedCartPole] * 4, num_workers=2, timeout_s=5, **_spaces())
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (4, 4)
+        env.step(np.zeros(4, np.int64))
+    finally:
+        env.close()
+    with pytest.raises(VectorEnvWorkerHungError, match="building its sub-envs"):
+        SharedMemoryVectorEnv(
+            [LockedCartPole] * 2, num_workers=2, timeout_s=1, context="fork", **_spaces()
+        )
+    assert not mp.active_children()
+
+
+def test_a_single_threaded_process_forks():
+    """With one thread (BLAS pools off), forking is safe and the fastest start."""
+    code = (
+        "import os;"
+        "from envrunners.env.vector.shared_memory_vector_env import default_start_method;"
+        "assert len(os.listdir('/proc/self/task')) == 1;"
+        "print(default_start_method())"
+    )
+    single = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **single}, capture_output=True,
+        text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == "fork"
+
+
+def test_env_functions_the_forkserver_cannot_pickle_fall_back_to_fork(
+    caplog, lock_held_by_another_thread
+):
+    """Threads run here (the fixture's), but the env functions hold a lock, which
+    cloudpickle cannot pickle: the workers are forked, with a warning saying why."""
+    assert default_start_method() == "forkserver"
+    lock = threading.Lock()
+
+    def make():
+        assert lock is not None
+        return gym.make("CartPole-v1")
+
+    with caplog.at_level("WARNING", logger="envrunners"):
+        env = SharedMemoryVectorEnv([make] * 2, num_workers=2, **_spaces())
+    try:
+        assert env._ctx.get_start_method() == "fork"
+        assert env.reset(seed=0)[0].shape == (2, 4)
+    finally:
+        env.close()
+    assert "cannot be pickled" in caplog.text and "forking this process instead" in caplog.text

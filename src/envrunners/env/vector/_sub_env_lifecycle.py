@@ -8,6 +8,7 @@ but its errors.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,7 @@ from envrunners.utils.failure_log import FAILURE_LOG
 
 __all__ = [
     "MAX_SUB_ENV_RESTART_ATTEMPTS",
+    "parent_alive",
     "recreate_sub_env",
     "stop_worker_processes",
     "sub_env_seeds",
@@ -121,3 +123,21 @@ def stop_worker_processes(processes: list[Any], pipes: list[Any], timeout_s: flo
             pipe.close()
         except OSError:  # pragma: no cover
             pass
+
+
+def parent_alive(ppid: int) -> bool:
+    """Whether the process ``ppid`` that started this worker still runs.
+
+    A forked worker's parent is ``ppid`` until it dies (then the worker is adopted);
+    a worker started from a forkserver has the server as its parent, so ``ppid`` is
+    asked directly (signal 0: no signal sent).
+    """
+    if os.getppid() == ppid:
+        return True
+    try:
+        os.kill(ppid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, as another user (a reused pid)
+        return True
+    return True

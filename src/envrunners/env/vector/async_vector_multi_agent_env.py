@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 from gymnasium.vector.utils import CloudpickleWrapper
 
-from envrunners.env.vector._sub_env_lifecycle import stop_worker_processes
+from envrunners.env.vector._sub_env_lifecycle import parent_alive, stop_worker_processes
 from envrunners.env.vector.vector_multi_agent_env import (
     VectorMultiAgentEnv,
     autoreset_step,
@@ -73,7 +73,7 @@ def _worker(
     while True:
         try:
             if not pipe.poll(_POLL_S):
-                if os.getppid() != ppid:  # the parent died: do not linger as an orphan
+                if not parent_alive(ppid):  # the parent died: do not linger as an orphan
                     break
                 continue
             cmd, data = pipe.recv()

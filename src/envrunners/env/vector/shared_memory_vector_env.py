@@ -51,6 +51,7 @@ import numpy as np
 from gymnasium.vector.utils import CloudpickleWrapper, batch_space
 
 from envrunners.env.vector._sub_env_lifecycle import (
+    parent_alive,
     recreate_sub_env,
     stop_worker_processes,
     sub_env_seeds,
@@ -64,7 +65,7 @@ from envrunners.errors import (
 from envrunners.sampling._overlap_choice import available_cpus
 from envrunners.utils.failure_log import FAILURE_LOG
 
-__all__ = ["SharedMemoryVectorEnv", "default_num_workers"]
+__all__ = ["SharedMemoryVectorEnv", "default_num_workers", "default_start_method"]
 
 logger = logging.getLogger("envrunners")
 
@@ -73,6 +74,9 @@ _WORKER_POLL_S = 0.5  # an idle worker checks this often that its parent is aliv
 _PARENT_POLL_S = 0.2  # a waiting parent checks this often that its workers are alive
 #: Ready-first receiving waits for a worker in flight this long (see ``_await_starved``).
 _STARVED_S = 1e-3
+#: At least this long for a worker to start: a forkserver's child unpickles its env
+#: functions first, which imports their modules (``timeout_s`` then limits the build).
+_START_S = 60.0
 _ALIGN = 64
 
 
@@ -322,6 +326,7 @@ def _worker_main(
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     parent_conn.close()
+    conn.send(("started", None))  # (its arguments are unpickled: the build's clock starts)
     if yield_on_wake:
         _no_wakeup_preemption()
     views = layout.views(buf)
@@ -337,7 +342,7 @@ def _worker_main(
     picked = views["picked"]
     while True:
         if not go.acquire(timeout=_WORKER_POLL_S):
-            if os.getppid() != ppid:  # the parent died: do not linger as an orphan
+            if not parent_alive(ppid):  # the parent died: do not linger as an orphan
                 break
             continue
         picked[index] = 1
@@ -391,6 +396,53 @@ def _worker_main(
 
 
 # -- the parent side ------------------------------------------------------------------------
+def default_start_method() -> str | None:
+    """The ``multiprocessing`` start method for workers when none is given.
+
+    ``"fork"`` where it is the platform's default and this process runs one thread
+    (fast: nothing is pickled or imported again). Where other threads run (EnvPool's,
+    OpenCV's or BLAS's pools, Ray's core worker, torch's) a forked child inherits
+    their locks and half-built state without the threads, and can crash or hang in
+    native code: a Pong worker forked after EnvPool and OpenCV had run died with
+    SIGSEGV while building its sub-envs. There ``"forkserver"``: workers are forked
+    from a clean single-threaded server process. None (the platform's default) where
+    threads cannot be counted or fork is not the default.
+    """
+    if mp.get_start_method(allow_none=True) not in (None, "fork"):
+        return None
+    if "fork" not in mp.get_all_start_methods() or "forkserver" not in mp.get_all_start_methods():
+        return None
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+    return "fork" if threads <= 1 else "forkserver"
+
+
+def _start_method(context: str | None, env_fns: list) -> str | None:
+    """``context``, or the default start method for these env functions: ``"fork"``
+    where ``"forkserver"`` cannot pickle them (with a warning that says why)."""
+    if context is not None:
+        return context
+    method = default_start_method()
+    if method != "forkserver":
+        return method
+    try:
+        CloudpickleWrapper(env_fns).__getstate__()
+    except Exception as err:  # noqa: BLE001 - any pickling failure: fall back to fork
+        logger.warning(
+            "SharedMemoryVectorEnv: this process runs several threads, so its workers "
+            "would start from a forkserver, but the env functions cannot be pickled "
+            "(%s: %s); forking this process instead, which can crash a worker in native "
+            "code. Make the env creator picklable (a module-level function or class).",
+            type(err).__name__,
+            err,
+        )
+        return "fork"
+    mp.get_context("forkserver").set_forkserver_preload([__name__])
+    return "forkserver"
+
+
 def default_num_workers(num_envs: int, batch_size: int | None = None) -> int:
     """Worker processes for ``num_envs`` sub-envs: one per CPU core this process may run
     on (its affinity, as ``taskset`` or a container's cpuset leaves it), at most one per
@@ -425,7 +477,8 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             cloudpickle when ``context`` is not ``"fork"``).
         num_workers: Worker processes (default: ``default_num_workers``).
         batch_size: Sub-envs per ``recv()`` (``None`` = ``num_envs``: synchronous).
-        context: The ``multiprocessing`` start method (None: the platform's default).
+        context: The ``multiprocessing`` start method (None: ``default_start_method``,
+            ``"fork"`` for a single-threaded process, else ``"forkserver"``).
         restart_failed: Recreate a sub-env whose ``reset``/``step`` raises instead of
             raising; the call then reports it in ``failed``/``last_errors``.
         copy: Return copies (``False``: ``step``/``reset`` return views of the shared
@@ -519,7 +572,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
         self._layout = _Layout(self.single_observation_space, self.single_action_space, n, w)
-        ctx = mp.get_context(context)
+        ctx = mp.get_context(_start_method(context, self.env_fns))
         self._buf = ctx.RawArray(ctypes.c_uint8, self._layout.nbytes)
         self._views = self._layout.views(self._buf)
         v = self._views
@@ -602,13 +655,17 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             SubEnvError: one of them raised while being built.
             VectorEnvWorkerDiedError: the worker died first.
         """
-        what = "building its sub-envs"
-        try:
-            if self.timeout_s is not None and not self._conns[k].poll(self.timeout_s):
-                self._worker_hung(k, what, respawn=False)
-            status, payload = self._conns[k].recv()
-        except (EOFError, OSError):
-            self._worker_died(k, what, respawn=False)
+        conn, timeout = self._conns[k], self.timeout_s
+        for what, limit in (
+            ("starting", None if timeout is None else max(timeout, _START_S)),
+            ("building its sub-envs", timeout),
+        ):
+            try:
+                if limit is not None and not conn.poll(limit):
+                    self._worker_hung(k, what, respawn=False)
+                status, payload = conn.recv()
+            except (EOFError, OSError):
+                self._worker_died(k, what, respawn=False)
         if status == "err":
             raise SubEnvError(
                 f"raised {payload[0]} while being built (in worker {k})",
@@ -1158,6 +1215,10 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self._views = {}
         self._obs = self._obs_leaves = self._act_leaves = None
         self._buf = None
+        # Outside "fork", a semaphore is a named one in /dev/shm, unlinked once its
+        # last reference goes: the worker processes' arguments and ours.
+        self.processes = []
+        self._go, self._done = [], None
 
     def close(self, **kwargs: Any) -> None:
         """Stop the workers and free the shared memory (a second call does nothing)."""
