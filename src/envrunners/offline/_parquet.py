@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from envrunners.core._nested import flatten, map_structure
+from envrunners.core._nested import as_arrays, flatten, map_structure
 from envrunners.offline import _plain_data
 from envrunners.policy.sample_batch import SampleBatch
 
@@ -288,6 +288,26 @@ def _is_packed(values: list[Any]) -> bool:
     )
 
 
+def _unpickled(
+    values: list[Any], path: str | None, column: str, allow_pickle: bool, holds: str, decode: Any
+) -> list[Any]:
+    """``decode(v)`` of every value, if ``allow_pickle``.
+
+    Raises:
+        PickleNotAllowedError: without ``allow_pickle``, naming the file, the column and
+            what it ``holds``.
+    """
+    from envrunners.errors import PickleNotAllowedError
+
+    if not allow_pickle:
+        raise PickleNotAllowedError(
+            f"column {column!r} holds {holds}; unpickling runs code from the file: pass "
+            "allow_pickle=True for trusted files only",
+            path=path,
+        )
+    return [decode(v) for v in values]
+
+
 def unpack_rllib(values: list[Any], path: str | None, column: str, allow_pickle: bool) -> Any:
     """Decode RLlib's ``pack`` output (base64 of LZ4 of cloudpickle), if ``allow_pickle``.
 
@@ -297,22 +317,15 @@ def unpack_rllib(values: list[Any], path: str | None, column: str, allow_pickle:
     import base64
     import pickle
 
-    from envrunners.errors import PickleNotAllowedError
+    def decode(v: Any) -> Any:
+        import lz4.frame
 
-    if not allow_pickle:
-        raise PickleNotAllowedError(
-            f"column {column!r} holds RLlib-packed values (cloudpickle + LZ4 + base64, "
-            "config output_compress_columns); unpickling runs code from the file: pass "
-            "allow_pickle=True for trusted files only, or write the data with "
-            "output_compress_columns=[]",
-            path=path,
-        )
-    import lz4.frame
-
-    out = []
-    for v in values:
         raw = base64.b64decode(v) if isinstance(v, str) else v
-        out.append(pickle.loads(lz4.frame.decompress(raw)))  # noqa: S301 - allowed by caller
+        return pickle.loads(lz4.frame.decompress(raw))  # noqa: S301 - allowed by caller
+
+    holds = ("RLlib-packed values (cloudpickle + LZ4 + base64, config "
+             "output_compress_columns; or write the data with output_compress_columns=[])")  # fmt: skip
+    out = _unpickled(values, path, column, allow_pickle, holds, decode)
     return np.stack([np.asarray(o) for o in out]) if out else np.zeros(0)
 
 
@@ -325,17 +338,11 @@ def unpack_ray_pickled(values: list[Any], path: str | None, column: str, allow_p
     """
     import pickle
 
-    from envrunners.errors import PickleNotAllowedError
-
-    if not allow_pickle:
-        raise PickleNotAllowedError(
-            f"column {column!r} holds pickled Python objects (Ray Data's "
-            "arrow_pickled_object: values Arrow could not store, such as Tuple "
-            "observations); unpickling runs code from the file: pass allow_pickle=True "
-            "for trusted files only",
-            path=path,
-        )
-    out = [pickle.loads(v) for v in values]  # noqa: S301 - allowed by caller
+    holds = ("pickled Python objects (Ray Data's arrow_pickled_object: values Arrow "
+             "could not store, such as Tuple observations)")  # fmt: skip
+    out = _unpickled(values, path, column, allow_pickle, holds, pickle.loads)
+    if out and all(isinstance(v, dict | tuple) for v in out):  # Tuple / Dict values
+        return as_arrays(out)  # (a nested column, stacked leaf by leaf)
     return np.asarray(out, dtype=object) if out else np.zeros(0, dtype=object)
 
 
