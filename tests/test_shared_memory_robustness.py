@@ -358,3 +358,29 @@ def test_env_functions_the_forkserver_cannot_pickle_fall_back_to_fork(
     finally:
         env.close()
     assert "cannot be pickled" in caplog.text and "forking this process instead" in caplog.text
+
+
+def test_a_remote_runner_steps_shared_memory_workers_started_from_a_forkserver(ray_session):
+    """A Ray actor runs Ray's threads, so its shared-memory workers start from a
+    forkserver; the runner samples whole episodes and closes them on stop."""
+    from envrunners.env.env_runner_group import EnvRunnerGroup
+
+    config = (
+        AlgorithmConfig()
+        .environment("CartPole-v1")
+        .env_runners(
+            num_env_runners=1, num_envs_per_env_runner=4, gym_env_vectorize_mode="shared_memory"
+        )
+        .rl_module(rl_module_spec=RLModuleSpec())
+        .debugging(seed=0)
+    )
+    with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
+        (methods,) = group.foreach_env_runner(
+            lambda r: (r.env._ctx.get_start_method(), default_start_method()),
+            local_env_runner=False,
+        )
+        assert methods == ("forkserver", "forkserver")
+        (episodes,) = group.foreach_env_runner(
+            lambda r: r.sample(num_episodes=4), local_env_runner=False
+        )
+        assert len(episodes) == 4 and all(e.is_done for e in episodes)
