@@ -403,7 +403,7 @@ def default_start_method() -> str | None:
     (fast: nothing is pickled or imported again). Where other threads run (EnvPool's,
     OpenCV's or BLAS's pools, Ray's core worker, torch's) a forked child inherits
     their locks and half-built state without the threads, and can crash or hang in
-    native code: a Pong worker forked after EnvPool and OpenCV had run died with
+    native code: a Pong worker forked after EnvPool had run in the process died with
     SIGSEGV while building its sub-envs. There ``"forkserver"``: workers are forked
     from a clean single-threaded server process. None (the platform's default) where
     threads cannot be counted or fork is not the default.
