@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -384,3 +385,36 @@ def test_a_remote_runner_steps_shared_memory_workers_started_from_a_forkserver(r
             lambda r: r.sample(num_episodes=4), local_env_runner=False
         )
         assert len(episodes) == 4 and all(e.is_done for e in episodes)
+
+
+def test_a_script_without_a_main_guard_runs_forkserver_workers(tmp_path):
+    """multiprocessing runs a script's main module again in each forkserver child; the
+    workers leave it out, so a training script without ``if __name__ == "__main__"``
+    (common in RLlib scripts) does not build its runner again in every worker."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import threading
+
+            from envrunners.algorithms.ppo import PPOConfig
+            from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
+
+            print("script body runs", flush=True)
+            stop = threading.Event()
+            threading.Thread(target=stop.wait, daemon=True).start()  # another thread runs
+            config = PPOConfig().environment("CartPole-v1").env_runners(
+                num_envs_per_env_runner=4, gym_env_vectorize_mode="shared_memory"
+            )
+            runner = SingleAgentEnvRunner(config=config)
+            episodes = runner.sample(num_episodes=2)
+            print(runner.env._ctx.get_start_method(), len(episodes), flush=True)
+            runner.stop()
+            stop.set()
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.splitlines() == ["script body runs", "forkserver 2"], out.stderr[-2000:]

@@ -34,6 +34,7 @@ died in, and reported as failed), else it is a ``VectorEnvWorkerDiedError``
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import math
@@ -41,9 +42,10 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -78,6 +80,7 @@ _STARVED_S = 1e-3
 #: functions first, which imports their modules (``timeout_s`` then limits the build).
 _START_S = 60.0
 _ALIGN = 64
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 # -- the shared buffer's layout ---------------------------------------------------------
@@ -443,6 +446,39 @@ def _start_method(context: str | None, env_fns: list) -> str | None:
     return "forkserver"
 
 
+#: Serializes worker starts that hide the main module (see ``_main_module_hidden``).
+_START_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start processes (forkserver / spawn) without the parent's main module.
+
+    ``multiprocessing`` runs the parent's ``__main__`` script again in each such child
+    (as ``__mp_main__``) before its target: a training script without an
+    ``if __name__ == "__main__"`` guard would build its runners once more in every
+    worker, and fail there. The workers need nothing from it (their env creators
+    come by value, through cloudpickle), so the main-module entries are left out of
+    the preparation data while this is entered.
+    """
+    from multiprocessing import spawn
+
+    original = spawn.get_preparation_data
+
+    def without_main(name: str) -> dict:
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    with _START_LOCK:
+        spawn.get_preparation_data = without_main
+        try:
+            yield
+        finally:
+            spawn.get_preparation_data = original
+
+
 def default_num_workers(num_envs: int, batch_size: int | None = None) -> int:
     """Worker processes for ``num_envs`` sub-envs: one per CPU core this process may run
     on (its affinity, as ``taskset`` or a container's cpuset leaves it), at most one per
@@ -643,7 +679,8 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             ),
             daemon=True,
         )
-        proc.start()
+        with _main_module_hidden() if self._ctx.get_start_method() != "fork" else _NO_CONTEXT:
+            proc.start()
         child.close()
         self._conns[k] = parent
         self.processes[k] = proc
