@@ -390,12 +390,15 @@ def test_a_remote_runner_steps_shared_memory_workers_started_from_a_forkserver(r
 def test_a_script_without_a_main_guard_runs_forkserver_workers(tmp_path):
     """multiprocessing runs a script's main module again in each forkserver child; the
     workers leave it out, so a training script without ``if __name__ == "__main__"``
-    (common in RLlib scripts) does not build its runner again in every worker."""
+    (common in RLlib scripts) does not build its runner again in every worker. The
+    gymnasium id the script registers reaches the workers too (its spec goes along)."""
     script = tmp_path / "train.py"
     script.write_text(
         textwrap.dedent(
             """
             import threading
+
+            import gymnasium as gym
 
             from envrunners.algorithms.ppo import PPOConfig
             from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
@@ -403,7 +406,8 @@ def test_a_script_without_a_main_guard_runs_forkserver_workers(tmp_path):
             print("script body runs", flush=True)
             stop = threading.Event()
             threading.Thread(target=stop.wait, daemon=True).start()  # another thread runs
-            config = PPOConfig().environment("CartPole-v1").env_runners(
+            gym.register("ScriptCartPole-v0", entry_point=lambda: gym.make("CartPole-v1"))
+            config = PPOConfig().environment("ScriptCartPole-v0").env_runners(
                 num_envs_per_env_runner=4, gym_env_vectorize_mode="shared_memory"
             )
             runner = SingleAgentEnvRunner(config=config)

@@ -123,10 +123,13 @@ def resolve_env_creator(env: Any, env_context: Any) -> Callable[[], Any]:
         # Runners check observations and actions themselves (first reset and step);
         # gymnasium's passive checker would only add a wrapper call to every step.
         kwargs.setdefault("disable_env_checker", True)
+        # The id's spec, looked up here: a worker process that did not run this
+        # script (a forkserver's) does not know ids the script registered.
+        spec = gym.registry.get(env)
 
         def make() -> Any:
             try:
-                return gym.make(env, **kwargs)
+                return gym.make(env if spec is None else spec, **kwargs)
             except gym.error.Error as err:
                 raise _unknown_id_error(env) from err
 
