@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -422,3 +423,71 @@ def test_a_script_without_a_main_guard_runs_forkserver_workers(tmp_path):
         [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=True
     )
     assert out.stdout.splitlines() == ["script body runs", "forkserver 2"], out.stderr[-2000:]
+
+
+def test_a_killed_remote_runner_leaves_no_forkserver_or_worker_behind(ray_session):
+    """SIGKILL the runner actor: its forkserver, the resource tracker and the workers all
+    go within seconds (Ray ends a dead worker's children; the next test checks the
+    workers' own parent check, without Ray)."""
+    from envrunners.env.env_runner_group import EnvRunnerGroup
+
+    config = (
+        AlgorithmConfig()
+        .environment("CartPole-v1")
+        .env_runners(
+            num_env_runners=1, num_envs_per_env_runner=4, gym_env_vectorize_mode="shared_memory"
+        )
+        .rl_module(rl_module_spec=RLModuleSpec())
+        .fault_tolerance(restart_failed_env_runners=False)
+    )
+    with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
+        ((actor_pid, workers, method),) = group.foreach_env_runner(
+            lambda r: (
+                os.getpid(),
+                [p.pid for p in r.env.processes],
+                r.env._ctx.get_start_method(),
+            ),
+            local_env_runner=False,
+        )
+        assert method == "forkserver" and len(workers) == 2
+        with open(f"/proc/{actor_pid}/task/{actor_pid}/children") as f:
+            helpers = [int(pid) for pid in f.read().split()]  # the forkserver, the tracker
+        assert helpers and not set(workers) & set(helpers)  # workers are the server's
+        os.kill(actor_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(map(gone, workers + helpers)):
+            time.sleep(0.1)
+        assert all(map(gone, workers + helpers))
+
+
+def test_forkserver_workers_of_a_killed_parent_exit():
+    """A forkserver's workers have the server as their parent, so they watch the pid of
+    the process that made the env: SIGKILL it and they exit at their next idle poll."""
+    script = textwrap.dedent(
+        """
+        import threading, time
+        import gymnasium as gym
+        from envrunners.env.vector import SharedMemoryVectorEnv
+
+        threading.Thread(target=time.sleep, args=(1e6,), daemon=True).start()
+        env = SharedMemoryVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=2)
+        print(env._ctx.get_start_method(), *[p.pid for p in env.processes], flush=True)
+        time.sleep(1e6)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    method, *pids = parent.stdout.readline().split()
+    workers = [int(pid) for pid in pids]
+    try:
+        assert method == "forkserver" and len(workers) == 2
+        parent.kill()
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(map(gone, workers)):
+            time.sleep(0.1)
+        assert all(map(gone, workers))
+    finally:
+        for pid in workers:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        parent.stdout.close()
