@@ -30,6 +30,7 @@ from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module.rl_module import RLModuleSpec
 from envrunners.core.rl_module.torch.torch_rl_module import TorchRLModule
+from envrunners.env.env_runner_group import EnvRunnerGroup
 from envrunners.env.single_agent_env_runner import SingleAgentEnvRunner
 from envrunners.env.vector import SharedMemoryVectorEnv
 from envrunners.env.vector.shared_memory_vector_env import default_start_method
@@ -362,20 +363,22 @@ def test_env_functions_the_forkserver_cannot_pickle_fall_back_to_fork(
     assert "cannot be pickled" in caplog.text and "forking this process instead" in caplog.text
 
 
-def test_a_remote_runner_steps_shared_memory_workers_started_from_a_forkserver(ray_session):
-    """A Ray actor runs Ray's threads, so its shared-memory workers start from a
-    forkserver; the runner samples whole episodes and closes them on stop."""
-    from envrunners.env.env_runner_group import EnvRunnerGroup
-
-    config = (
+def _one_remote_shared_memory_runner():
+    """A config of one remote runner stepping 4 CartPoles in shared-memory workers."""
+    return (
         AlgorithmConfig()
         .environment("CartPole-v1")
         .env_runners(
             num_env_runners=1, num_envs_per_env_runner=4, gym_env_vectorize_mode="shared_memory"
         )
         .rl_module(rl_module_spec=RLModuleSpec())
-        .debugging(seed=0)
     )
+
+
+def test_a_remote_runner_steps_shared_memory_workers_started_from_a_forkserver(ray_session):
+    """A Ray actor runs Ray's threads, so its shared-memory workers start from a
+    forkserver; the runner samples whole episodes and closes them on stop."""
+    config = _one_remote_shared_memory_runner().debugging(seed=0)
     with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
         (methods,) = group.foreach_env_runner(
             lambda r: (r.env._ctx.get_start_method(), default_start_method()),
@@ -429,17 +432,7 @@ def test_a_killed_remote_runner_leaves_no_forkserver_or_worker_behind(ray_sessio
     """SIGKILL the runner actor: its forkserver, the resource tracker and the workers all
     go within seconds (Ray ends a dead worker's children; the next test checks the
     workers' own parent check, without Ray)."""
-    from envrunners.env.env_runner_group import EnvRunnerGroup
-
-    config = (
-        AlgorithmConfig()
-        .environment("CartPole-v1")
-        .env_runners(
-            num_env_runners=1, num_envs_per_env_runner=4, gym_env_vectorize_mode="shared_memory"
-        )
-        .rl_module(rl_module_spec=RLModuleSpec())
-        .fault_tolerance(restart_failed_env_runners=False)
-    )
+    config = _one_remote_shared_memory_runner().fault_tolerance(restart_failed_env_runners=False)
     with EnvRunnerGroup(config=config, standby_env_runner=False) as group:
         ((actor_pid, workers, method),) = group.foreach_env_runner(
             lambda r: (
