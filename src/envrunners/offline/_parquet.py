@@ -493,7 +493,7 @@ def _nest_dotted(columns: dict[str, Any]) -> dict[str, Any]:
     groups: dict[str, dict[str, Any]] = {}
     for name, value in columns.items():
         head, dot, rest = name.partition(".")
-        if not dot or name in groups or head in columns:
+        if not dot or head in columns:  # (a plain column of that name stays as it is)
             out[name] = value
             continue
         if head not in groups:
