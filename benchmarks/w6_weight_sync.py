@@ -11,7 +11,12 @@ alternately in one run, on the same Ray instance and the same weights dict:
   plain actor that keeps the (deserialized) weights as its own, ``ray.get`` of all;
 - ``put_get_ms``: ``ray.get(ray.put(weights))`` in the driver.
 
+- ``floor_load_ms``: a hand-written Ray sync that also applies the weights: the
+  same put and calls, to plain actors holding torch parameters of the same shapes,
+  each copying the pushed arrays in (what ``nn.Module.load_state_dict`` does);
+
 ``sync_vs_floor`` is the ratio of the medians; the target is at most 1.10.
+``sync_vs_floor_load`` compares with the hand-written sync that applies them.
 
 The floor is the same transport (one ``ray.put``, the ref as each call's own
 argument, resolved by Ray before the call), but less work, which the target has
@@ -69,6 +74,29 @@ class _Holder:
         return seq_no
 
 
+class _TorchHolder:
+    """The hand-written sync's runner: torch parameters that each push is copied into."""
+
+    def __init__(self, shapes: dict) -> None:
+        import warnings
+
+        import torch
+
+        # (the pushed arrays are the object store's, read-only: torch warns once)
+        warnings.filterwarnings("ignore", message=".*not writable.*")
+        self.params = {k: torch.nn.Parameter(torch.zeros(s)) for k, s in shapes.items()}
+        self.seq_no = 0
+
+    def install(self, weights, seq_no: int) -> int:
+        import torch
+
+        with torch.no_grad():
+            for name, param in self.params.items():
+                param.copy_(torch.from_numpy(weights[name]))
+        self.seq_no = seq_no
+        return seq_no
+
+
 def _measure(
     fns: list, repeats: int, warmup: int = WARMUP, settle_until: float = 0.0
 ) -> list[list[float]]:
@@ -111,6 +139,7 @@ def run(target: str, repeats: int = 5, sizes=tuple(SIZES), runners=RUNNERS):
     # The actors' processes need not find this file on their path: ship _Holder by value.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     holder_cls = ray.remote(num_cpus=0)(_Holder)
+    torch_holder_cls = ray.remote(num_cpus=0)(_TorchHolder)
     for size in sizes:
         for num_runners in runners:
             config = _config(target, SIZES[size], num_runners)
@@ -121,6 +150,10 @@ def run(target: str, repeats: int = 5, sizes=tuple(SIZES), runners=RUNNERS):
             num_params = int(sum(np.asarray(a).size for a in _leaves(weights)))
             holders = [holder_cls.remote() for _ in range(num_runners)]
             ray.get([h.install.remote(None, 0) for h in holders])
+            flat = _flat(weights)
+            shapes = {k: tuple(np.shape(v)) for k, v in flat.items()}
+            loaders = [torch_holder_cls.remote(shapes) for _ in range(num_runners)]
+            ray.get([h.install.remote(flat, 0) for h in loaders])
             seq = [0]
 
             def sync(group=group) -> None:
@@ -131,18 +164,24 @@ def run(target: str, repeats: int = 5, sizes=tuple(SIZES), runners=RUNNERS):
                 ref = ray.put(weights)
                 ray.get([h.install.remote(ref, seq[0]) for h in holders])
 
+            def floor_load(weights=flat, loaders=loaders, seq=seq) -> None:
+                seq[0] += 1
+                ref = ray.put(weights)
+                ray.get([h.install.remote(ref, seq[0]) for h in loaders])
+
             def put_get(weights=weights) -> None:
                 ray.get(ray.put(weights))
 
-            sync_s, floor_s, base_s = _measure(
-                [sync, floor, put_get], max(3 * repeats, 15), settle_until=settle_until
+            sync_s, floor_s, load_s, base_s = _measure(
+                [sync, floor, floor_load, put_get], max(3 * repeats, 15), settle_until=settle_until
             )
-            for h in holders:
+            for h in holders + loaders:
                 ray.kill(h)
             group.stop()
             sync_ms = 1000 * statistics.median(sync_s)
             floor_ms = 1000 * statistics.median(floor_s)
             base_ms = 1000 * statistics.median(base_s)
+            load_ms = 1000 * statistics.median(load_s)
             yield {
                 "workload": WORKLOAD,
                 "target": target,
@@ -155,6 +194,8 @@ def run(target: str, repeats: int = 5, sizes=tuple(SIZES), runners=RUNNERS):
                 "floor_ms": floor_ms,
                 "floor_ms_min": 1000 * min(floor_s),
                 "sync_vs_floor": sync_ms / floor_ms,
+                "floor_load_ms": load_ms,
+                "sync_vs_floor_load": sync_ms / load_ms,
                 "put_get_ms": base_ms,
                 "sync_vs_put_get": sync_ms / base_ms,
                 "per_s": 1000.0 / sync_ms,
@@ -162,6 +203,17 @@ def run(target: str, repeats: int = 5, sizes=tuple(SIZES), runners=RUNNERS):
             }
     if ray.is_initialized():
         ray.shutdown()
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    """``{"a/b": array}`` of a nested weights dict (the hand-written sync's flat state)."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _leaves(tree):
