@@ -172,6 +172,7 @@ class RecurrentState:
         "_prev_rewards",
         "_owned",
         "_flat",
+        "_initial_leaves",
     )
 
     def __init__(
@@ -191,6 +192,7 @@ class RecurrentState:
         self.extra_inputs: dict[str, Any] | None = None
         self._owned: Any = None  # the ``state`` that ``own()`` made (written in place)
         self._flat: Any = None  # (state, its leaves): see ``_leaves``
+        self._initial_leaves: Any = None  # (initial, its leaves): flattened once, not per reset
         self.reset()
 
     def reset(self, rows: list[int] | None = None) -> None:
@@ -209,7 +211,10 @@ class RecurrentState:
             return
         if self.state is self._owned:  # ours (ready-first): in place
             index = np.asarray(rows, np.intp)  # (a list is converted again per leaf)
-            initial = _nested.flatten(self.initial)
+            cached = self._initial_leaves
+            if cached is None or cached[0] is not self.initial:
+                cached = self._initial_leaves = (self.initial, _nested.flatten(self.initial))
+            initial = cached[1]
             for leaf, init in zip(self._leaves(), initial, strict=True):
                 leaf[index] = init
         else:  # copies: ``state`` is the module's ``state_out``, which it may still hold
