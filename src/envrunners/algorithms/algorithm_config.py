@@ -74,6 +74,8 @@ __all__ = ["AlgorithmConfig", "FrozenConfigError", "NotProvided"]
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ATTR_FOR_DICT_KEY = {key: attr for attr, key in DICT_KEYS.items()}
 _INTERNAL_ATTRS = frozenset({"_is_frozen", "algo_class"})
+#: Key of the pickled state that carries env registrations (see ``__getstate__``).
+_ENV_REGISTRATIONS = "_env_registrations"
 
 
 class _NotProvidedMeta(type):
@@ -651,6 +653,30 @@ class AlgorithmConfig:
         self._is_frozen = True
         if isinstance(self.evaluation_config, AlgorithmConfig):
             self.evaluation_config.freeze()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The attributes, plus the creators of the envs registered under the names it uses.
+
+        Why: runners in other processes (Ray actors, Tune trials) receive this config
+        and build ``config.env`` by name; a name given to ``register_env`` in this
+        process would be unknown there. Unpickling registers it (see
+        ``registry.EnvRegistration``), as RLlib's cluster-wide registry would.
+        """
+        from envrunners.env.registry import env_registrations
+
+        state = self.__dict__.copy()
+        evaluation = self.evaluation_config
+        registrations = env_registrations(
+            self.env, evaluation.get("env") if isinstance(evaluation, dict) else None
+        )
+        if registrations:
+            state[_ENV_REGISTRATIONS] = registrations
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        state.pop(_ENV_REGISTRATIONS, None)  # (registered while unpickled)
+        self.__dict__.update(state)
 
     def copy(self, copy_frozen: bool | None = None) -> Self:
         """Return a deep copy; ``copy_frozen`` None keeps the frozen state, False/True sets it."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import logging
 import sys
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +20,9 @@ import gymnasium as gym
 from envrunners.errors import EnvCreatorError, UnknownEnvError
 
 __all__ = [
+    "EnvRegistration",
     "check_is_env",
+    "env_registrations",
     "has_gym_vector_entry_point",
     "is_multi_agent_env",
     "register_env",
@@ -26,7 +30,12 @@ __all__ = [
     "unregister_env",
 ]
 
+logger = logging.getLogger("envrunners")
+
 _REGISTRY: dict[str, Callable[[Any], Any]] = {}
+#: This process's identity for ``EnvRegistration``: a registration pickled here and
+#: unpickled here again (a ``config.copy()``) changes nothing.
+_PROCESS_TOKEN = uuid.uuid4().hex
 
 # Example envs shipped in envrunners.examples, usable by id (the entry point loads lazily).
 if "envrunners/StatelessCartPole-v1" not in gym.registry:
@@ -51,6 +60,88 @@ def register_env(name: str, env_creator: Callable[[Any], Any]) -> None:
 def unregister_env(name: str) -> None:
     """Remove a name added by ``register_env`` (no error if absent)."""
     _REGISTRY.pop(name, None)
+
+
+class EnvRegistration:
+    """A registered env name and its creator, carried by a config to other processes.
+
+    Why: ``register_env`` fills a registry of the calling process, but a config
+    naming the env is built into runners in other processes (Ray actors, a Tune
+    trial), where the name would be unknown. RLlib keeps its registry in the Ray
+    cluster; here the config carries the creator of the env it names (see
+    ``AlgorithmConfig.__getstate__``), and unpickling it registers the name in the
+    receiving process. The creator travels by value (cloudpickle), so a lambda or a
+    function of the user's script works; pickling it is tried once per send.
+    """
+
+    __slots__ = ("creator", "name")
+
+    def __init__(self, name: str, creator: Callable[[Any], Any]) -> None:
+        self.name, self.creator = name, creator
+
+    def __reduce__(self) -> tuple:
+        from ray import cloudpickle
+
+        try:
+            payload = cloudpickle.dumps(self.creator)
+        except Exception as err:  # noqa: BLE001 - any pickling failure: say it, send the name
+            logger.warning(
+                "The env creator registered as %r cannot be pickled (%s: %s): processes "
+                "other than this one will not know the name. Register a picklable creator "
+                "(a module-level function or class).",
+                self.name,
+                type(err).__name__,
+                err,
+            )
+            payload = None
+        return (_restore_registration, (self.name, payload, _PROCESS_TOKEN))
+
+    def __repr__(self) -> str:
+        return f"EnvRegistration({self.name!r}, {self.creator!r})"
+
+
+def _restore_registration(name: str, payload: bytes | None, token: str) -> EnvRegistration | None:
+    """Unpickling an ``EnvRegistration``: register its creator here (unless pickled here)."""
+    if token == _PROCESS_TOKEN:  # (this process's own registry stays as it is)
+        creator = _REGISTRY.get(name)
+        return None if creator is None else EnvRegistration(name, creator)
+    if payload is None:
+        return None
+    from ray import cloudpickle
+
+    try:
+        creator = cloudpickle.loads(payload)
+    except Exception as err:  # noqa: BLE001 - e.g. its module is not importable here
+        creator = _UnloadableCreator(name, f"{type(err).__name__}: {err}")
+    _REGISTRY[name] = creator
+    return EnvRegistration(name, creator)
+
+
+class _UnloadableCreator:
+    """Stands for a registered creator this process could not load: building the env
+    raises an ``EnvCreatorError`` that says why (not an unknown-name error)."""
+
+    def __init__(self, name: str, why: str) -> None:
+        self.name, self.why = name, why
+
+    def __call__(self, *_: Any, **__: Any) -> Any:
+        raise EnvCreatorError(
+            f"The env {self.name!r} was registered with register_env() in the driver, but "
+            f"its creator cannot be loaded in this process ({self.why}). Make the creator's "
+            "module importable here (e.g. ray.init(runtime_env={'py_modules': [...]}) or "
+            "install it), or register a creator defined in the script itself."
+        )
+
+
+def env_registrations(*envs: Any) -> list[EnvRegistration]:
+    """The registrations (``register_env`` or ``tune.register_env``) of the names in ``envs``."""
+    out = []
+    for env in envs:
+        if isinstance(env, str) and env not in {r.name for r in out}:
+            creator = _REGISTRY.get(env) or _tune_registered(env)
+            if creator is not None:
+                out.append(EnvRegistration(env, creator))
+    return out
 
 
 def _tune_registered(name: str) -> Callable[[Any], Any] | None:
