@@ -484,3 +484,44 @@ def test_forkserver_workers_of_a_killed_parent_exit():
             if not gone(pid):
                 os.kill(pid, signal.SIGKILL)
         parent.stdout.close()
+
+
+_KILLED_WITH_ITS_HELPERS = textwrap.dedent(
+    """
+    import functools, os, signal
+    import gymnasium as gym
+    from envrunners.env.vector import SharedMemoryVectorEnv
+    fn = functools.partial(gym.make, "CartPole-v1")
+    env = SharedMemoryVectorEnv([fn] * 2, num_workers=2, context="forkserver")
+    env.reset(seed=0)
+    print(" ".join(f for f in os.listdir("/dev/shm") if f"-{os.getpid()}-" in f), flush=True)
+    os.killpg(0, signal.SIGKILL)  # with its forkserver, resource tracker and workers
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="POSIX named semaphores in /dev/shm")
+def test_semaphores_of_a_process_killed_with_its_resource_tracker_are_swept():
+    """A Ray node shutting down kills a runner with its helpers, the resource tracker
+    too, which would unlink the semaphores: before, they stayed in /dev/shm for good.
+    The next vector env (any process) removes the entries of processes that are gone."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_WITH_ITS_HELPERS], capture_output=True, text=True,
+        timeout=120, start_new_session=True,
+    )  # fmt: skip
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    left = proc.stdout.split()
+    assert len(left) == 3  # "done" and one "go" per worker, named after the killed process
+    assert set(left) <= set(os.listdir("/dev/shm"))
+    env = SharedMemoryVectorEnv(
+        [lambda: gym.make("CartPole-v1")] * 2, num_workers=2, context="forkserver"
+    )
+    try:
+        assert not set(left) & set(os.listdir("/dev/shm"))
+        own = [f for f in os.listdir("/dev/shm") if f"-{os.getpid()}-" in f]
+        assert len(own) == 3  # a live process's entries stay (they are in use)
+        env.reset(seed=0)
+        env.step(np.zeros(2, dtype=np.int64))
+    finally:
+        env.close()
+    assert not [f for f in os.listdir("/dev/shm") if f"-{os.getpid()}-" in f]

@@ -21,6 +21,7 @@ from envrunners.utils.failure_log import FAILURE_LOG
 __all__ = [
     "MAX_SUB_ENV_RESTART_ATTEMPTS",
     "parent_alive",
+    "process_alive",
     "recreate_sub_env",
     "stop_worker_processes",
     "sub_env_seeds",
@@ -132,12 +133,15 @@ def parent_alive(ppid: int) -> bool:
     a worker started from a forkserver has the server as its parent, so ``ppid`` is
     asked directly (signal 0: no signal sent).
     """
-    if os.getppid() == ppid:
-        return True
+    return os.getppid() == ppid or process_alive(ppid)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs (in this pid namespace); signal 0 sends nothing."""
     try:
-        os.kill(ppid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # it runs, as another user (a reused pid)
+    except PermissionError:  # it runs, as another user (e.g. a reused pid)
         return True
     return True

@@ -39,6 +39,7 @@ import ctypes
 import logging
 import math
 import multiprocessing as mp
+import multiprocessing.synchronize as mp_synchronize
 import os
 import pickle
 import signal
@@ -54,6 +55,7 @@ from gymnasium.vector.utils import CloudpickleWrapper, batch_space
 
 from envrunners.env.vector._sub_env_lifecycle import (
     parent_alive,
+    process_alive,
     recreate_sub_env,
     stop_worker_processes,
     sub_env_seeds,
@@ -67,7 +69,12 @@ from envrunners.errors import (
 from envrunners.sampling._overlap_choice import available_cpus
 from envrunners.utils.failure_log import FAILURE_LOG
 
-__all__ = ["SharedMemoryVectorEnv", "default_num_workers", "default_start_method"]
+__all__ = [
+    "SharedMemoryVectorEnv",
+    "default_num_workers",
+    "default_start_method",
+    "sweep_stale_semaphores",
+]
 
 logger = logging.getLogger("envrunners")
 
@@ -446,6 +453,60 @@ def _start_method(context: str | None, env_fns: list) -> str | None:
     return "forkserver"
 
 
+def _pid_namespace() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
+
+
+#: Start of the names of our semaphores: ``envrunners-<pid namespace>-<pid>-<random>``.
+_SEM_PREFIX = f"envrunners-{_pid_namespace()}-"
+
+
+class _PidNamedSemaphore(mp_synchronize.Semaphore):
+    """A ``multiprocessing`` semaphore whose name says which process made it.
+
+    Why: outside fork, a semaphore is a named entry in ``/dev/shm`` until the
+    object that made it is collected; if that process is killed, Python's resource
+    tracker unlinks it, but a Ray node that shuts down kills the tracker too (a
+    script ending without ``algo.stop()`` left one entry per worker and vector env).
+    With the maker's pid in the name, ``sweep_stale_semaphores`` removes the
+    entries of processes that are gone.
+    """
+
+    @staticmethod
+    def _make_name() -> str:
+        return f"/{_SEM_PREFIX}{os.getpid()}-{next(mp_synchronize.SemLock._rand)}"
+
+
+def sweep_stale_semaphores(shm_dir: str = "/dev/shm") -> int:
+    """Unlink the semaphores of our processes (this pid namespace's) that are gone; how many.
+
+    Harmless for a live process: unlinking a name never closes an open semaphore,
+    and only names of processes that no longer run are touched.
+    """
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return 0
+    from _multiprocessing import sem_unlink
+
+    removed = 0
+    for name in names:
+        if not name.startswith("sem." + _SEM_PREFIX):
+            continue
+        pid = name[len("sem." + _SEM_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or process_alive(int(pid)):
+            continue
+        try:
+            sem_unlink("/" + name[len("sem.") :])
+            removed += 1
+        except OSError:  # (another process swept it first)
+            pass
+    return removed
+
+
 #: Serializes worker starts that hide the main module (see ``_main_module_hidden``).
 _START_LOCK = threading.Lock()
 
@@ -608,7 +669,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
         self._layout = _Layout(self.single_observation_space, self.single_action_space, n, w)
-        ctx = mp.get_context(_start_method(context, self.env_fns))
+        ctx = self._ctx = mp.get_context(_start_method(context, self.env_fns))
         self._buf = ctx.RawArray(ctypes.c_uint8, self._layout.nbytes)
         self._views = self._layout.views(self._buf)
         v = self._views
@@ -620,8 +681,10 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self._flat_act = len(self._act_leaves) == 1 and not isinstance(
             self.single_action_space, gym.spaces.Dict | gym.spaces.Tuple
         )
-        self._done = ctx.Semaphore(0)
-        self._go = [ctx.Semaphore(0) for _ in range(w)]
+        if ctx.get_start_method() != "fork":
+            sweep_stale_semaphores()
+        self._done = self._semaphore()
+        self._go = [self._semaphore() for _ in range(w)]
         #: Per worker: told to step and not consumed by ``recv``/``step`` yet.
         self._in_flight = np.zeros(w, dtype=np.bool_)
         #: Per worker: when it was told to work (``time.monotonic()``), inf once consumed.
@@ -643,7 +706,6 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         self.num_failures = 0
         #: (index, exception) of every failure in the last call, for logging/metrics.
         self.last_errors: list[tuple[int, BaseException]] = []
-        self._ctx = ctx
         try:
             for k in range(w):
                 self._conns.append(None)
@@ -654,6 +716,10 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         except BaseException:
             self.close(terminate=True)
             raise
+
+    def _semaphore(self) -> mp_synchronize.Semaphore:
+        """A semaphore (value 0) of this env's start method, named after this process."""
+        return _PidNamedSemaphore(0, ctx=self._ctx)
 
     def _start_worker(self, k: int) -> None:
         """Start worker ``k``'s process (it builds its share's sub-envs and says so)."""
@@ -893,7 +959,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             old.close()
         except (OSError, ValueError):  # pragma: no cover
             pass
-        self._go[k] = self._ctx.Semaphore(0)  # the dead worker may have left a token
+        self._go[k] = self._semaphore()  # the dead worker may have left a token
         self._ready[k] = 0
         self._start_worker(k)
         self._await_built(k)
