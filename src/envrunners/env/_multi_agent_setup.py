@@ -19,9 +19,8 @@ import numpy as np
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act
 from envrunners.env import runner_setup
+from envrunners.env._multi_agent_env_fns import as_multi_agent_env, multi_agent_env_fn
 from envrunners.env.env_context import EnvContext
-from envrunners.env.multi_agent_env import MultiAgentEnv
-from envrunners.env.registry import check_is_env, resolve_env_creator
 from envrunners.env.vector import (
     AsyncVectorMultiAgentEnv,
     SyncVectorMultiAgentEnv,
@@ -32,7 +31,6 @@ from envrunners.env.vector.shared_memory_vector_multi_agent_env import (
 )
 from envrunners.errors import (
     ConfigError,
-    EnvCreatorError,
     SpaceError,
     UnknownPolicyError,
     suggest,
@@ -54,53 +52,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("envrunners")
-
-
-def _mro_names(obj: Any) -> set[str]:
-    """Class names of ``obj``'s PettingZoo API: its own class first, then ``unwrapped``'s.
-
-    A parallel wrapper around a turn-based env (``aec_to_parallel``) unwraps to the
-    ``AECEnv``; its own class says which API it speaks.
-    """
-    names = {cls.__name__ for cls in type(obj).__mro__}
-    if names & {"AECEnv", "ParallelEnv", "MultiAgentEnv"}:
-        return names
-    return {cls.__name__ for cls in type(getattr(obj, "unwrapped", obj)).__mro__}
-
-
-def as_multi_agent_env(env: Any, env_desc: Any) -> Any:
-    """Return ``env`` as a ``MultiAgentEnv``: PettingZoo envs get their adapter.
-
-    Raises:
-        EnvCreatorError: ``env`` is a single-agent env or not an env at all.
-    """
-    names = _mro_names(env)
-    if "AECEnv" in names and not isinstance(env, MultiAgentEnv):
-        from envrunners.env.wrappers.pettingzoo_env import PettingZooEnv
-
-        return PettingZooEnv(env)
-    if "ParallelEnv" in names and not isinstance(env, MultiAgentEnv):
-        from envrunners.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
-
-        return ParallelPettingZooEnv(env)
-    check_is_env(env, env_desc, multi_agent=True)
-    if "MultiAgentEnv" not in names:
-        raise EnvCreatorError(
-            f"The env created from {env_desc!r} is a single-agent env ({type(env).__name__}), "
-            "but MultiAgentEnvRunner needs a MultiAgentEnv (or a PettingZoo env). Wrap it "
-            "with envrunners.env.multi_agent_env.make_multi_agent(...), or use "
-            "SingleAgentEnvRunner with a single-policy config."
-        )
-    return env
-
-
-def _env_fn(env_desc: Any, ctx: EnvContext) -> Callable[[], Any]:
-    creator = resolve_env_creator(env_desc, ctx)
-
-    def build() -> Any:
-        return as_multi_agent_env(creator(), env_desc)
-
-    return build
 
 
 def make_vector_env(
@@ -140,7 +91,9 @@ def make_vector_env(
         )
     if batch_size is None:
         batch_size = runner_setup.ready_first_batch_size(config, n, ctx)
-    fns = [_env_fn(config.env, ctx.copy_with_overrides(vector_index=i)) for i in range(n)]
+    fns = [
+        multi_agent_env_fn(config.env, ctx.copy_with_overrides(vector_index=i)) for i in range(n)
+    ]
     restart = bool(config.restart_failed_sub_environments)
     if mode == "shared_memory":
         env = SharedMemoryVectorMultiAgentEnv(fns, batch_size=batch_size, restart_failed=restart)
