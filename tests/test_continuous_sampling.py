@@ -249,3 +249,47 @@ def test_multi_agent_ppo_trains_continuously(ray_session):
         assert result["learners"]["p1"]["num_module_steps_trained"] > 0
     finally:
         algo.stop()
+
+
+def test_training_goes_on_after_every_runner_is_killed_at_once(ray_session):
+    """PPO sampling continuously, both remote runners SIGKILLed together once the
+    group's standby runner is up. Before: the standby replaced one, then no request
+    was in flight, ``take`` only slept and nothing moved the restores along:
+    ``train()`` raised after ``sample_timeout_s``."""
+    import os
+    import signal
+
+    config = (
+        # (half a CPU each: room for the standby runner on the 2-CPU test cluster)
+        _config(
+            num_cpus_per_env_runner=0.5,
+            num_envs_per_env_runner=4,
+            rollout_fragment_length=64,
+            sample_continuously=True,
+            sample_timeout_s=20.0,
+        )
+        .training(train_batch_size=256, minibatch_size=128, num_epochs=1)
+        .fault_tolerance(restart_failed_env_runners=True)
+    )
+    algo = config.build_algo()
+    try:
+        group = algo.env_runner_group
+        recovery = group._recovery
+        deadline = time.monotonic() + 60
+        while recovery._standby_ready is None and time.monotonic() < deadline:
+            algo.train()  # (drives the group's upkeep, which starts the standby)
+        ray_session.get(recovery._standby_ready, timeout=60)
+        pids = group.foreach_env_runner(lambda runner: os.getpid(), local_env_runner=False)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        for _ in range(3):
+            result = algo.train()
+            assert result["env_runners"]["num_env_steps_sampled"] >= 256
+        deadline = time.monotonic() + 30
+        while group.num_healthy_remote_env_runners() < 2 and time.monotonic() < deadline:
+            algo.train()
+        assert group.num_healthy_remote_env_runners() == 2
+        new_pids = group.foreach_env_runner(lambda runner: os.getpid(), local_env_runner=False)
+        assert not set(new_pids) & set(pids)
+    finally:
+        algo.stop()

@@ -353,8 +353,12 @@ class ContinuousSampler:
                     block = min(block, max(0.0, deadline - now))
                 group.wait_async_reqs(tags=self._tags_in_flight(), timeout_seconds=block)
                 got, fetched = self.poll(0.0), True
-            else:  # runners are being restored: let the group move them along
-                time.sleep(wait)
+            else:  # runners are being restored: move their restores along meanwhile
+                # (with no request in flight, no call of this loop reaches the group's
+                # upkeep: runners all killed at once were never restored before)
+                started = time.monotonic()
+                self.group._await_healthy(wait)
+                time.sleep(max(0.0, wait - (time.monotonic() - started)))
                 got = 0
 
     def _drop_too_stale(self, oldest: int) -> None:
