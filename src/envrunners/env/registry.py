@@ -36,6 +36,8 @@ _REGISTRY: dict[str, Callable[[Any], Any]] = {}
 #: This process's identity for ``EnvRegistration``: a registration pickled here and
 #: unpickled here again (a ``config.copy()``) changes nothing.
 _PROCESS_TOKEN = uuid.uuid4().hex
+#: Names whose unpicklable creator was warned about (see ``EnvRegistration``).
+_WARNED_UNPICKLABLE: set[str] = set()
 
 # Example envs shipped in envrunners.examples, usable by id (the entry point loads lazily).
 if "envrunners/StatelessCartPole-v1" not in gym.registry:
@@ -85,14 +87,16 @@ class EnvRegistration:
         try:
             payload = cloudpickle.dumps(self.creator)
         except Exception as err:  # noqa: BLE001 - any pickling failure: say it, send the name
-            logger.warning(
-                "The env creator registered as %r cannot be pickled (%s: %s): processes "
-                "other than this one will not know the name. Register a picklable creator "
-                "(a module-level function or class).",
-                self.name,
-                type(err).__name__,
-                err,
-            )
+            if self.name not in _WARNED_UNPICKLABLE:  # (once: a config is copied often)
+                _WARNED_UNPICKLABLE.add(self.name)
+                logger.warning(
+                    "The env creator registered as %r cannot be pickled (%s: %s): processes "
+                    "other than this one will not know the name. Register a picklable "
+                    "creator (a module-level function or class).",
+                    self.name,
+                    type(err).__name__,
+                    err,
+                )
             payload = None
         return (_restore_registration, (self.name, payload, _PROCESS_TOKEN))
 
