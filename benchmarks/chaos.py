@@ -37,6 +37,11 @@ checked after every iteration; after each, every runner's module weights and
 observation-filter state are compared with the local runner's (``consistent``).
 One JSON line at the end.
 Targets: 0 lost, 0 short, p50 recovery <= 2 s (with the standby runner).
+
+``--vectorize-mode shared_memory`` steps each runner's envs in worker processes,
+``--continuous`` samples with ``sample_continuously=True`` (the async core); a
+continuous batch is whole results (``NUM_ENVS x FRAGMENT`` steps each), so it
+counts as over-long only above ``BATCH`` plus one result per runner.
 """
 
 from __future__ import annotations
@@ -161,7 +166,7 @@ def _state_digests(runner: Any) -> tuple[str, str]:
     return _digest(state.get("rl_module")), _digest(state.get("env_to_module_connector"))
 
 
-def _config(p_error: float, hang_flag: str):
+def _config(p_error: float, hang_flag: str, vectorize_mode: str = "sync", continuous=False):
     from envrunners.algorithms.ppo import PPOConfig
 
     return (
@@ -174,6 +179,8 @@ def _config(p_error: float, hang_flag: str):
             rollout_fragment_length=FRAGMENT,
             observation_filter="MeanStdFilter",
             sample_timeout_s=10.0,
+            gym_env_vectorize_mode=vectorize_mode,
+            sample_continuously=continuous,
         )
         .training(train_batch_size=BATCH, minibatch_size=BATCH // 2, num_epochs=1)
         .fault_tolerance(restart_failed_env_runners=True, restart_failed_sub_environments=True)
@@ -203,7 +210,13 @@ def _consistent(group: Any) -> bool:
 
 
 def run_chaos(
-    minutes: float, seed: int, p_error: float, kill_every_s: float, head_cpus: int = NUM_RUNNERS + 1
+    minutes: float,
+    seed: int,
+    p_error: float,
+    kill_every_s: float,
+    head_cpus: int = NUM_RUNNERS + 1,
+    vectorize_mode: str = "sync",
+    continuous: bool = False,
 ) -> dict:
     import ray
 
@@ -227,7 +240,11 @@ def run_chaos(
         "steps": [],
     }
     try:
-        algo = _config(p_error, flag).build_algo()
+        algo = _config(p_error, flag, vectorize_mode, continuous).build_algo()
+        # Continuous sampling trains whole results (a runner's NUM_ENVS x FRAGMENT steps
+        # plus its overshoot), and every result that would otherwise get too stale.
+        max_batch = MAX_BATCH if not continuous else BATCH + NUM_RUNNERS * (NUM_ENVS * FRAGMENT)
+        counts.update(max_batch=max_batch, vectorize_mode=vectorize_mode, continuous=continuous)
         group = algo.env_runner_group
         extra_node = [n["NodeID"] for n in ray.nodes() if n["Alive"] and not _is_head(n)]
         placement = group.foreach_env_runner(_node_id, local_env_runner=False, timeout_seconds=30)
@@ -291,7 +308,7 @@ def run_chaos(
                 counts["lost"] += 1
             elif steps < BATCH:
                 counts["short"] += 1
-            elif steps > MAX_BATCH:
+            elif steps > max_batch:
                 counts["over_long"] += 1
             healthy = group.num_healthy_remote_env_runners() == NUM_RUNNERS
             pending = [f for f in faults if f.recovered_s is None]
@@ -384,7 +401,9 @@ def _summary(
         "env_error_p": p,
         "head_cpus": counts.get("head_cpus"),
         "batch": BATCH,
-        "max_batch": MAX_BATCH,
+        "max_batch": counts.get("max_batch", MAX_BATCH),
+        "vectorize_mode": counts.get("vectorize_mode", "sync"),
+        "continuous": counts.get("continuous", False),
         "env_steps_sampled": counts.get("sampled", 0),
         "iterations": counts["iterations"],
         "lost_batches": counts["lost"],
@@ -409,13 +428,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env-error-p", type=float, default=0.005)
     parser.add_argument("--kill-every-s", type=float, default=20.0)
     parser.add_argument("--head-cpus", type=int, default=NUM_RUNNERS + 1)
+    parser.add_argument(
+        "--vectorize-mode", default="sync", choices=("sync", "async", "shared_memory")
+    )
+    parser.add_argument(
+        "--continuous", action="store_true", help="sample_continuously=True (the async core)"
+    )
     args = parser.parse_args(argv)
     os.environ.pop("RAY_ADDRESS", None)  # the benchmark starts its own Ray
     from envrunners._cli.embedded_ray import ray_errors_logged
 
     with ray_errors_logged():  # Ray's "worker/raylet died" lines stay off stdout
         record = run_chaos(
-            args.minutes, args.seed, args.env_error_p, args.kill_every_s, args.head_cpus
+            args.minutes,
+            args.seed,
+            args.env_error_p,
+            args.kill_every_s,
+            args.head_cpus,
+            args.vectorize_mode,
+            args.continuous,
         )
     emit(record)
     return 0

@@ -19,7 +19,7 @@ import numpy as np
 from envrunners.core.columns import Columns
 from envrunners.core.rl_module._acting import act
 from envrunners.env import runner_setup
-from envrunners.env._multi_agent_env_fns import as_multi_agent_env, multi_agent_env_fn
+from envrunners.env._multi_agent_env_fns import multi_agent_env_fn
 from envrunners.env.env_context import EnvContext
 from envrunners.env.vector import (
     AsyncVectorMultiAgentEnv,
@@ -41,7 +41,6 @@ from envrunners.sampling._agent_states import ModuleStates
 __all__ = [
     "CheckedMappingFn",
     "act_with_module",
-    "as_multi_agent_env",
     "build_modules",
     "check_mapping_fn",
     "check_reset_observations",
