@@ -30,7 +30,9 @@ hit is back in service in a new process (the group put the standby or Ray's
 restart of it into service, with the latest state, after the fault) and answers
 a call; its recovery time runs from the fault to then (the group's own
 timestamp, so it depends neither on how long an iteration takes nor on other
-runners still being out). A fault whose runner is not known (a node without runners) is recovered
+runners still being out). A runner that comes back in service in its own process
+(its shared-memory env replaced the worker whose env hung) recovers when it
+answers again. A fault whose runner is not known (a node without runners) is recovered
 at the end of the first iteration that trained a full batch with every runner
 healthy and Ray's restart count past its value at the fault. Recoveries are
 checked after every iteration; after each, every runner's module weights and
@@ -194,6 +196,8 @@ class Fault:
         self.kind, self.at, self.restarts, self.runner = kind, at, restarts, runner
         self.recovered_s: float | None = None
         self.consistent: bool | None = None
+        #: Seen out of service (a runner that comes back without a new process).
+        self.seen_out = False
 
 
 def _trained_steps(result: dict) -> int:
@@ -323,6 +327,12 @@ def run_chaos(
                             recovered.append((f, done))
                     elif replaced_at.get(f.runner, f.at) > f.at and _answers(group, f.runner):
                         recovered.append((f, replaced_at[f.runner]))
+                    elif f.runner not in group.healthy_env_runner_ids():
+                        f.seen_out = True
+                    elif f.seen_out and _answers(group, f.runner):
+                        # Back in service in its own process: e.g. its shared-memory env
+                        # replaced the worker whose env hung, and its late call returned.
+                        recovered.append((f, done))
                 if recovered:
                     consistent = _consistent(group)
                     for f, at in recovered:
@@ -330,6 +340,7 @@ def run_chaos(
                         f.consistent = consistent
                         _log(start, f"{f.kind} recovered in {f.recovered_s:.2f} s, {consistent=}")
         elapsed = time.monotonic() - start
+        healthy_at_end = group.num_healthy_remote_env_runners()
     finally:
         if algo is not None:
             algo.stop()
@@ -343,6 +354,7 @@ def run_chaos(
             except OSError:
                 pass
     counts["sampled"] = int(sampled)
+    counts["healthy_at_end"] = healthy_at_end
     counts["head_cpus"] = head_cpus
     return _summary(counts, faults, elapsed, minutes, seed, p_error)
 
@@ -412,6 +424,7 @@ def _summary(
         "train_errors": counts["errors"],
         "steps_per_iteration": _spread(counts["steps"]),
         "faults": len(faults),
+        "healthy_runners_at_end": counts.get("healthy_at_end"),
         "recovered": len(times),
         "recovery_p50_s": round(statistics.median(times), 2) if times else None,
         "recovery_max_s": round(max(times), 2) if times else None,
