@@ -44,6 +44,7 @@ Targets: 0 lost, 0 short, p50 recovery <= 2 s (with the standby runner).
 ``--continuous`` samples with ``sample_continuously=True`` (the async core); a
 continuous batch is whole results (``NUM_ENVS x FRAGMENT`` steps each), so it
 counts as over-long only above ``BATCH`` plus one result per runner.
+``--multi-agent``: two agents, each on its own chaos CartPole, modules ``p0``/``p1``.
 """
 
 from __future__ import annotations
@@ -168,12 +169,28 @@ def _state_digests(runner: Any) -> tuple[str, str]:
     return _digest(state.get("rl_module")), _digest(state.get("env_to_module_connector"))
 
 
-def _config(p_error: float, hang_flag: str, vectorize_mode: str = "sync", continuous=False):
-    from envrunners.algorithms.ppo import PPOConfig
+def _agent_module(agent_id: Any, episode: Any, **kwargs: Any) -> str:
+    """``--multi-agent``: agent ``i`` acts with module ``p<i>``."""
+    return f"p{agent_id}"
 
-    return (
+
+def _config(
+    p_error: float,
+    hang_flag: str,
+    vectorize_mode: str = "sync",
+    continuous: bool = False,
+    multi_agent: bool = False,
+):
+    from envrunners.algorithms.ppo import PPOConfig
+    from envrunners.env.multi_agent_env import make_multi_agent
+
+    env_config: dict[str, Any] = {"p_error": p_error, "hang_flag": hang_flag}
+    env: Any = chaos_cartpole
+    if multi_agent:  # two agents, each playing its own chaos CartPole
+        env, env_config = make_multi_agent(chaos_cartpole), {**env_config, "num_agents": 2}
+    config = (
         PPOConfig()
-        .environment(chaos_cartpole, env_config={"p_error": p_error, "hang_flag": hang_flag})
+        .environment(env, env_config=env_config)
         .env_runners(
             num_env_runners=NUM_RUNNERS,
             num_envs_per_env_runner=NUM_ENVS,
@@ -187,6 +204,9 @@ def _config(p_error: float, hang_flag: str, vectorize_mode: str = "sync", contin
         .training(train_batch_size=BATCH, minibatch_size=BATCH // 2, num_epochs=1)
         .fault_tolerance(restart_failed_env_runners=True, restart_failed_sub_environments=True)
     )
+    if multi_agent:
+        config = config.multi_agent(policies={"p0", "p1"}, policy_mapping_fn=_agent_module)
+    return config
 
 
 class Fault:
@@ -221,6 +241,7 @@ def run_chaos(
     head_cpus: int = NUM_RUNNERS + 1,
     vectorize_mode: str = "sync",
     continuous: bool = False,
+    multi_agent: bool = False,
 ) -> dict:
     import ray
 
@@ -244,11 +265,16 @@ def run_chaos(
         "steps": [],
     }
     try:
-        algo = _config(p_error, flag, vectorize_mode, continuous).build_algo()
+        algo = _config(p_error, flag, vectorize_mode, continuous, multi_agent).build_algo()
         # Continuous sampling trains whole results (a runner's NUM_ENVS x FRAGMENT steps
         # plus its overshoot), and every result that would otherwise get too stale.
         max_batch = MAX_BATCH if not continuous else BATCH + NUM_RUNNERS * (NUM_ENVS * FRAGMENT)
-        counts.update(max_batch=max_batch, vectorize_mode=vectorize_mode, continuous=continuous)
+        counts.update(
+            max_batch=max_batch,
+            vectorize_mode=vectorize_mode,
+            continuous=continuous,
+            multi_agent=multi_agent,
+        )
         group = algo.env_runner_group
         extra_node = [n["NodeID"] for n in ray.nodes() if n["Alive"] and not _is_head(n)]
         placement = group.foreach_env_runner(_node_id, local_env_runner=False, timeout_seconds=30)
@@ -416,6 +442,7 @@ def _summary(
         "max_batch": counts.get("max_batch", MAX_BATCH),
         "vectorize_mode": counts.get("vectorize_mode", "sync"),
         "continuous": counts.get("continuous", False),
+        "multi_agent": counts.get("multi_agent", False),
         "env_steps_sampled": counts.get("sampled", 0),
         "iterations": counts["iterations"],
         "lost_batches": counts["lost"],
@@ -447,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--continuous", action="store_true", help="sample_continuously=True (the async core)"
     )
+    parser.add_argument("--multi-agent", action="store_true", help="two agents, modules p0 and p1")
     args = parser.parse_args(argv)
     os.environ.pop("RAY_ADDRESS", None)  # the benchmark starts its own Ray
     from envrunners._cli.embedded_ray import ray_errors_logged
@@ -460,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
             args.head_cpus,
             args.vectorize_mode,
             args.continuous,
+            args.multi_agent,
         )
     emit(record)
     return 0
