@@ -3,7 +3,7 @@
 ``register_env(name, creator)`` fills the calling process's registry; a config naming
 the env travels to Ray actors (remote runners, their shared-memory workers), which
 must build the same env. RLlib keeps its registry in the Ray cluster; here the
-config carries the creator (``registry.EnvRegistration``). Real Ray, real runners.
+config carries the creator (``registry._EnvRegistration``). Real Ray, real runners.
 """
 
 from __future__ import annotations

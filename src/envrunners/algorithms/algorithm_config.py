@@ -58,6 +58,7 @@ from envrunners.algorithms._config_fields import (
     extend_fields,
 )
 from envrunners.core import DEFAULT_POLICY_ID
+from envrunners.env.registry import env_registrations
 from envrunners.errors import (
     ConfigError,
     FrozenConfigError,
@@ -660,10 +661,8 @@ class AlgorithmConfig:
         Why: runners in other processes (Ray actors, Tune trials) receive this config
         and build ``config.env`` by name; a name given to ``register_env`` in this
         process would be unknown there. Unpickling registers it (see
-        ``registry.EnvRegistration``), as RLlib's cluster-wide registry would.
+        ``registry._EnvRegistration``), as RLlib's cluster-wide registry would.
         """
-        from envrunners.env.registry import env_registrations
-
         state = self.__dict__.copy()
         evaluation = self.evaluation_config
         registrations = env_registrations(

@@ -20,9 +20,7 @@ import gymnasium as gym
 from envrunners.errors import EnvCreatorError, UnknownEnvError
 
 __all__ = [
-    "EnvRegistration",
     "check_is_env",
-    "env_registrations",
     "has_gym_vector_entry_point",
     "is_multi_agent_env",
     "register_env",
@@ -33,10 +31,10 @@ __all__ = [
 logger = logging.getLogger("envrunners")
 
 _REGISTRY: dict[str, Callable[[Any], Any]] = {}
-#: This process's identity for ``EnvRegistration``: a registration pickled here and
+#: This process's identity for ``_EnvRegistration``: a registration pickled here and
 #: unpickled here again (a ``config.copy()``) changes nothing.
 _PROCESS_TOKEN = uuid.uuid4().hex
-#: Names whose unpicklable creator was warned about (see ``EnvRegistration``).
+#: Names whose unpicklable creator was warned about (see ``_EnvRegistration``).
 _WARNED_UNPICKLABLE: set[str] = set()
 
 # Example envs shipped in envrunners.examples, usable by id (the entry point loads lazily).
@@ -64,7 +62,7 @@ def unregister_env(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-class EnvRegistration:
+class _EnvRegistration:
     """A registered env name and its creator, carried by a config to other processes.
 
     Why: ``register_env`` fills a registry of the calling process, but a config
@@ -101,16 +99,16 @@ class EnvRegistration:
         return (_restore_registration, (self.name, payload, _PROCESS_TOKEN))
 
     def __repr__(self) -> str:
-        return f"EnvRegistration({self.name!r}, {self.creator!r})"
+        return f"_EnvRegistration({self.name!r}, {self.creator!r})"
 
 
-def _restore_registration(name: str, payload: bytes | None, token: str) -> EnvRegistration | None:
-    """Unpickling an ``EnvRegistration``: register its creator here (unless pickled here)."""
-    if token == _PROCESS_TOKEN:  # (this process's own registry stays as it is)
-        creator = _REGISTRY.get(name)
-        return None if creator is None else EnvRegistration(name, creator)
-    if payload is None:
-        return None
+def _restore_registration(name: str, payload: bytes | None, token: str) -> None:
+    """Unpickling an ``_EnvRegistration``: register its creator here (unless pickled here).
+
+    Returns None: the registration has done its work once unpickled (the config
+    drops it from its state)."""
+    if token == _PROCESS_TOKEN or payload is None:  # (this process's registry stays)
+        return
     from ray import cloudpickle
 
     try:
@@ -118,7 +116,6 @@ def _restore_registration(name: str, payload: bytes | None, token: str) -> EnvRe
     except Exception as err:  # noqa: BLE001 - e.g. its module is not importable here
         creator = _UnloadableCreator(name, f"{type(err).__name__}: {err}")
     _REGISTRY[name] = creator
-    return EnvRegistration(name, creator)
 
 
 class _UnloadableCreator:
@@ -137,14 +134,14 @@ class _UnloadableCreator:
         )
 
 
-def env_registrations(*envs: Any) -> list[EnvRegistration]:
+def env_registrations(*envs: Any) -> list[_EnvRegistration]:
     """The registrations (``register_env`` or ``tune.register_env``) of the names in ``envs``."""
     out = []
     for env in envs:
         if isinstance(env, str) and env not in {r.name for r in out}:
             creator = _REGISTRY.get(env) or _tune_registered(env)
             if creator is not None:
-                out.append(EnvRegistration(env, creator))
+                out.append(_EnvRegistration(env, creator))
     return out
 
 
