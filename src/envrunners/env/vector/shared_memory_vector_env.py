@@ -73,7 +73,6 @@ __all__ = [
     "SharedMemoryVectorEnv",
     "default_num_workers",
     "default_start_method",
-    "sweep_stale_semaphores",
 ]
 
 logger = logging.getLogger("envrunners")
@@ -471,7 +470,7 @@ class _PidNamedSemaphore(mp_synchronize.Semaphore):
     object that made it is collected; if that process is killed, Python's resource
     tracker unlinks it, but a Ray node that shuts down kills the tracker too (a
     script ending without ``algo.stop()`` left one entry per worker and vector env).
-    With the maker's pid in the name, ``sweep_stale_semaphores`` removes the
+    With the maker's pid in the name, ``_sweep_stale_semaphores`` removes the
     entries of processes that are gone.
     """
 
@@ -480,7 +479,7 @@ class _PidNamedSemaphore(mp_synchronize.Semaphore):
         return f"/{_SEM_PREFIX}{os.getpid()}-{next(mp_synchronize.SemLock._rand)}"
 
 
-def sweep_stale_semaphores(shm_dir: str = "/dev/shm") -> int:
+def _sweep_stale_semaphores(shm_dir: str = "/dev/shm") -> int:
     """Unlink the semaphores of our processes (this pid namespace's) that are gone; how many.
 
     Harmless for a live process: unlinking a name never closes an open semaphore,
@@ -492,11 +491,12 @@ def sweep_stale_semaphores(shm_dir: str = "/dev/shm") -> int:
         return 0
     from _multiprocessing import sem_unlink
 
+    prefix = "sem." + _SEM_PREFIX  # (the file of semaphore "/x" is "sem.x")
     removed = 0
     for name in names:
-        if not name.startswith("sem." + _SEM_PREFIX):
+        if not name.startswith(prefix):
             continue
-        pid = name[len("sem." + _SEM_PREFIX) :].split("-", 1)[0]
+        pid = name[len(prefix) :].split("-", 1)[0]
         if not pid.isdigit() or process_alive(int(pid)):
             continue
         try:
@@ -682,7 +682,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             self.single_action_space, gym.spaces.Dict | gym.spaces.Tuple
         )
         if ctx.get_start_method() != "fork":
-            sweep_stale_semaphores()
+            _sweep_stale_semaphores()
         self._done = self._semaphore()
         self._go = [self._semaphore() for _ in range(w)]
         #: Per worker: told to step and not consumed by ``recv``/``step`` yet.
