@@ -266,8 +266,9 @@ def run_chaos(
     }
     try:
         algo = _config(p_error, flag, vectorize_mode, continuous, multi_agent).build_algo()
-        # Continuous sampling trains whole results (a runner's NUM_ENVS x FRAGMENT steps
-        # plus its overshoot), and every result that would otherwise get too stale.
+        # Continuous sampling trains whole results (a runner's NUM_ENVS x FRAGMENT steps)
+        # and every result that would otherwise get too stale: over-long is beyond one
+        # more result per runner.
         max_batch = MAX_BATCH if not continuous else BATCH + NUM_RUNNERS * (NUM_ENVS * FRAGMENT)
         counts.update(
             max_batch=max_batch,

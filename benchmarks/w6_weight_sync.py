@@ -147,10 +147,10 @@ def run(target: str, repeats: int = 5, sizes=tuple(SIZES), runners=RUNNERS):
             settle_until = time.monotonic() + SETTLE_S
             local = group.local_env_runner
             weights = local.get_state(components=["rl_module"], inference_only=True)["rl_module"]
-            num_params = int(sum(np.asarray(a).size for a in _leaves(weights)))
+            flat = _flat(weights)
+            num_params = int(sum(np.asarray(a).size for a in flat.values()))
             holders = [holder_cls.remote() for _ in range(num_runners)]
             ray.get([h.install.remote(None, 0) for h in holders])
-            flat = _flat(weights)
             shapes = {k: tuple(np.shape(v)) for k, v in flat.items()}
             loaders = [torch_holder_cls.remote(shapes) for _ in range(num_runners)]
             ray.get([h.install.remote(flat, 0) for h in loaders])
@@ -214,14 +214,6 @@ def _flat(tree, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{key}"] = value
     return out
-
-
-def _leaves(tree):
-    if isinstance(tree, dict):
-        for value in tree.values():
-            yield from _leaves(value)
-    else:
-        yield tree
 
 
 if __name__ == "__main__":
