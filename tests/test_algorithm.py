@@ -7,6 +7,7 @@ tests with remote runners use the shared local Ray of ``ray_session``.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -144,6 +145,30 @@ def test_train_returns_rllib_result_layout(algo):
     assert algo.training_iteration == 2
     assert result["config"]["train_batch_size"] == 256
     assert "evaluation" not in result
+
+
+def test_ppo_default_fragment_length_samples_exactly_the_train_batch():
+    """RLlib's ``PPOConfig`` defaults ``rollout_fragment_length`` to ``"auto"``.
+
+    With the base default (200 per env) a train batch of 256 from 2 envs took two
+    rounds of 400 steps and a warning; with ``"auto"`` one ``train()`` samples 256.
+    """
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=2)
+        .training(train_batch_size=256, minibatch_size=64, num_epochs=1)
+        .rl_module(model_config={"fcnet_hiddens": [16]})
+    )
+    assert config.rollout_fragment_length == "auto"
+    assert config.get_rollout_fragment_length(0) == 128
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*does not fit the sampling rounds")
+        algo = config.build_algo()
+    try:
+        assert algo.train()["env_runners"]["num_env_steps_sampled"] == 256
+    finally:
+        algo.stop()
 
 
 def test_train_with_remote_runners_and_evaluation_interval(ray_session):

@@ -30,8 +30,11 @@ class PPOConfig(AlgorithmConfig):
     accepts the PPO keys below besides the common ones, and ``validate()`` adds
     PPO's consistency checks (``use_gae`` needs ``use_critic``).
 
-    Defaults differing from ``AlgorithmConfig``: ``lr=5e-5``, ``num_epochs=30``,
-    ``minibatch_size=128``, ``shuffle_batch_per_epoch=True``.
+    Defaults differing from ``AlgorithmConfig``: ``lr=5e-5``,
+    ``train_batch_size=4000``, ``num_epochs=30``, ``minibatch_size=128``,
+    ``shuffle_batch_per_epoch=True``, and ``rollout_fragment_length="auto"`` (as in
+    RLlib's PPO: the runners' fragments add up to the train batch, so a
+    ``train()`` samples ``train_batch_size`` steps, not a multiple of 200 per env).
 
     Example:
         >>> config = PPOConfig().environment("CartPole-v1").training(lambda_=0.95, clip_param=0.2)
@@ -42,6 +45,7 @@ class PPOConfig(AlgorithmConfig):
     # Inherited keys with PPO's defaults.
     lr: float | list = 5e-5
     train_batch_size: int = 4000
+    rollout_fragment_length: int | str = "auto"
     num_epochs: int = 30
     minibatch_size: int | None = 128
     shuffle_batch_per_epoch: bool = True
