@@ -43,6 +43,7 @@ from envrunners.errors import (
     SpaceError,
     SubEnvError,
     VectorEnvWorkerDiedError,
+    VectorEnvWorkerHungError,
 )
 from envrunners.sampling.multi_agent import MultiAgentSampler
 
@@ -402,6 +403,104 @@ def test_runner_goes_on_after_a_worker_is_killed():
         runner.sample(num_timesteps=40)
         os.kill(runner.env.processes[0].pid, signal.SIGKILL)
         assert sum(len(e) for e in runner.sample(num_timesteps=100)) >= 100
+    finally:
+        runner.stop()
+    assert not mp.active_children()
+
+
+class HangingCartPole(MultiAgentCartPole):
+    """Sub-envs 2 and 3 block forever in ``step`` once ``marker`` exists (the first to
+    step removes it, so a recreated sub-env finds none)."""
+
+    def __init__(self, config):
+        super().__init__({"num_agents": 2})
+        index = getattr(config, "vector_index", config.get("index", 0))
+        self.marker = config["marker"] if index >= 2 else None
+
+    def step(self, actions):
+        if self.marker is not None:
+            try:
+                os.remove(self.marker)
+            except FileNotFoundError:
+                pass
+            else:
+                time.sleep(1e6)
+        return super().step(actions)
+
+
+def hanging_fns(marker):
+    return [functools.partial(HangingCartPole, {"marker": marker, "index": i}) for i in range(4)]
+
+
+def test_a_hung_worker_without_restarts_is_an_error_naming_it(tmp_path):
+    marker = tmp_path / "hang"
+    env = SharedMemoryVectorMultiAgentEnv(hanging_fns(str(marker)), num_workers=2, timeout_s=1)
+    assert env.timeout_s == 1.0
+    env.reset(seed=0)
+    pid = env.processes[1].pid
+    marker.write_text("")
+    with pytest.raises(VectorEnvWorkerHungError, match=r"worker 1 .*sub-envs 2\.\.3") as info:
+        env.step([{0: 0, 1: 0}] * 4)
+    assert info.value.sub_env_indices == [2, 3] and info.value.timeout_s == 1.0
+    assert "timeout_s=1.0" in str(info.value)
+    assert env._pool.closed and not mp.active_children()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_hung_worker_is_killed_and_replaced_when_restarting_failed_sub_envs(tmp_path):
+    marker = tmp_path / "hang"
+    env = SharedMemoryVectorMultiAgentEnv(
+        hanging_fns(str(marker)), num_workers=2, batch_size=2, restart_failed=True, timeout_s=1
+    )
+    try:
+        old = env.processes[1].pid
+        env.async_reset(seed=0)
+        ids, obs, *_ = env.recv()
+        env.send([dict.fromkeys(o, 0) for o in obs], ids)
+        marker.write_text("")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the other worker answers meanwhile
+            ids, obs, rew, term, trunc, _ = env.recv()
+            if env.failed[ids].any():
+                break
+            env.send([dict.fromkeys(o, 0) for o in obs], ids)
+        assert sorted(ids.tolist()) == [2, 3] and env.failed[[2, 3]].all()
+        assert all(isinstance(e, VectorEnvWorkerHungError) for _, e in env.last_errors)
+        assert all(r == {} for r in rew) and not any(t["__all__"] for t in term)
+        assert all(set(o) == {0, 1} for o in obs)  # the recreated sub-envs' reset observations
+        assert env.processes[1].pid != old and env.processes[1].is_alive()
+    finally:
+        env.close()
+    assert not mp.active_children()
+
+
+def test_runner_cuts_a_hung_sub_env_short_within_sample_timeout_s(tmp_path):
+    """Before, the multi-agent shared-memory env had no deadline: the runner waited for
+    the hung worker until the group's request deadline replaced the whole runner."""
+    marker = tmp_path / "hang"
+    runner = ma_runner(
+        env=HangingCartPole,
+        env_config={"marker": str(marker)},
+        ready_first_batch_size=2,
+        restart=True,
+        sample_timeout_s=1.0,
+    )
+    try:
+        assert runner.env.timeout_s == 1.0
+        runner.sample(num_timesteps=40)
+        marker.write_text("")
+        # Ready-first, the other worker's sub-envs step on while the hung one is awaited,
+        # so a call can end before the deadline has passed: sample until it has.
+        start = time.monotonic()
+        while not runner.env.num_failures and time.monotonic() - start < 30:
+            episodes = runner.sample(num_timesteps=100)
+            assert sum(len(e) for e in episodes) >= 100
+        assert not marker.exists() and runner.env.num_failures == 2
+        assert runner.get_metrics()["num_env_step_failures"] >= 1
+        for e in runner.sample(num_timesteps=100):
+            for sa in e.agent_episodes.values():
+                assert len(sa.get_observations()) == len(sa) + 1
     finally:
         runner.stop()
     assert not mp.active_children()

@@ -94,13 +94,16 @@ def make_vector_env(
         multi_agent_env_fn(config.env, ctx.copy_with_overrides(vector_index=i)) for i in range(n)
     ]
     restart = bool(config.restart_failed_sub_environments)
+    # A worker that does not answer within sample_timeout_s is killed and reported (or
+    # replaced), not waited on: the same deadline as the single-agent shared-memory env.
+    timeout = getattr(config, "sample_timeout_s", None) or None
     if mode == "shared_memory":
-        env = SharedMemoryVectorMultiAgentEnv(fns, batch_size=batch_size, restart_failed=restart)
+        env = SharedMemoryVectorMultiAgentEnv(
+            fns, batch_size=batch_size, restart_failed=restart, timeout_s=timeout
+        )
         return env, ctx
     if mode == "async" or config.remote_worker_envs:
-        # A sub-env that does not answer within sample_timeout_s is reported, not waited on.
-        timeout = getattr(config, "sample_timeout_s", None)
-        env = AsyncVectorMultiAgentEnv(fns, timeout_s=timeout or None, restart_failed=restart)
+        env = AsyncVectorMultiAgentEnv(fns, timeout_s=timeout, restart_failed=restart)
         return env, ctx
     return SyncVectorMultiAgentEnv(fns, restart_failed=restart), ctx
 

@@ -18,7 +18,9 @@ episode ended resets it, ignores its actions and returns its reset observations
 with zero rewards). Failures follow ``SharedMemoryVectorEnv``: a sub-env that
 raises is a ``SubEnvError`` naming it (``restart_failed``: recreated, marked in
 ``failed``), a dead worker is a ``VectorEnvWorkerDiedError`` naming it and its
-sub-envs (``restart_failed``: respawned, its sub-envs marked failed).
+sub-envs (``restart_failed``: respawned, its sub-envs marked failed), and a worker
+that does not answer within ``timeout_s`` (a sub-env stuck in its step) is killed and
+then treated as dead: ``VectorEnvWorkerHungError``, or respawned.
 """
 
 from __future__ import annotations
@@ -132,9 +134,14 @@ class SharedMemoryVectorMultiAgentEnv(VectorMultiAgentEnv):
         restart_failed: Recreate a sub-env whose ``reset``/``step`` raises (and respawn
             a dead worker) instead of raising; ``failed`` marks them.
         autoreset_mode: Only ``"next_step"`` is supported.
+        timeout_s: Seconds a worker may take to build its sub-envs or to answer a
+            command (None: no limit; the runner passes ``sample_timeout_s``). A worker
+            past it is killed: ``VectorEnvWorkerHungError``, or (``restart_failed``)
+            replaced, its sub-envs reset and marked failed.
 
     Raises:
-        ConfigError: A bad ``num_workers``/``batch_size`` (naming what is expected).
+        ConfigError: A bad ``num_workers``/``batch_size``/``timeout_s`` (naming what is
+            expected).
         SubEnvError: A sub-env could not be built in its worker.
         ValueError: Another ``autoreset_mode``.
     """
@@ -148,6 +155,7 @@ class SharedMemoryVectorMultiAgentEnv(VectorMultiAgentEnv):
         context: str | None = None,
         restart_failed: bool = False,
         autoreset_mode: str = "next_step",
+        timeout_s: float | None = None,
     ):
         self._check_autoreset_mode(autoreset_mode)
         self._pool = SharedMemoryVectorEnv(
@@ -160,12 +168,14 @@ class SharedMemoryVectorMultiAgentEnv(VectorMultiAgentEnv):
             observation_space=_NO_ROWS,
             action_space=_NO_ROWS,
             worker_cls=_MultiAgentWorker,
+            timeout_s=timeout_s,
         )
         pool = self._pool
         self.num_envs = pool.num_envs
         self.batch_size = pool.batch_size
         self.num_workers = pool.num_workers
         self.restart_failed = restart_failed
+        self.timeout_s = pool.timeout_s
         #: ``shares[w]``: the sub-envs of worker ``w``; ``worker_of[i]``: sub-env ``i``'s worker.
         self.shares, self.worker_of = pool.shares, pool.worker_of
         try:
