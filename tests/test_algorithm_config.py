@@ -776,3 +776,39 @@ def test_ppo_validate_checks_gae_needs_critic():
         config.validate()
     config.training(use_gae=False)
     config.validate()
+
+
+# ----------------------------------------------------------------------- RLlib's defaults
+#: Keys whose default differs from RLlib 2.60 on purpose, or whose value is an object
+#: of each library (so its repr differs): README's "Deliberate differences".
+_OWN_DEFAULTS = {
+    "delay_between_env_runner_restarts_s",  # 1 s, not 60 s (README)
+    "callbacks",  # RLlib's callback class / our empty list: both "no callbacks"
+    "policies",  # {"default_policy": PolicySpec()} of each library
+    "policy_mapping_fn",  # each library's default mapping function
+    "model",  # old-stack model dict: the keys each library reads
+    "train_batch_size",  # base class only: 4000 here, RLlib's base 32 (its PPO: 4000)
+}
+
+
+@pytest.mark.parametrize("which", ["PPOConfig", "AlgorithmConfig"])
+def test_defaults_are_rllibs(which):
+    """Every key both configs have defaults to RLlib 2.60's value (run side by side).
+
+    PPO's ``num_env_runners=2`` and ``rollout_fragment_length="auto"`` were 0 and 200
+    here: a script that set neither sampled in the driver, and a train batch that the
+    200-step fragments overshoot (256 from 2 envs: 400 steps) sampled more than RLlib.
+    """
+    rllib_ppo = pytest.importorskip("ray.rllib.algorithms.ppo")
+    rllib_base = pytest.importorskip("ray.rllib.algorithms.algorithm_config")
+    if which == "PPOConfig":
+        theirs, ours = rllib_ppo.PPOConfig().to_dict(), PPOConfig().to_dict()
+    else:
+        theirs, ours = rllib_base.AlgorithmConfig().to_dict(), AlgorithmConfig().to_dict()
+    common = (set(theirs) & set(ours)) - _OWN_DEFAULTS
+    assert len(common) > 150  # the comparison compares something
+    differ = {k: (theirs[k], ours[k]) for k in sorted(common) if theirs[k] != ours[k]}
+    assert differ == {}
+    if which == "PPOConfig":
+        assert ours["num_env_runners"] == 2 and ours["rollout_fragment_length"] == "auto"
+        assert ours["train_batch_size"] == theirs["train_batch_size"] == 4000

@@ -39,7 +39,7 @@ def _config(**training):
     return (
         PPOConfig()
         .environment("CartPole-v1")
-        .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=32)
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=2, rollout_fragment_length=32)
         .training(
             train_batch_size=64,
             minibatch_size=32,

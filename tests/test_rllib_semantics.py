@@ -54,7 +54,7 @@ def test_unknown_builder_keyword_is_a_type_error_with_a_hint():
     with pytest.raises(errors.ConfigError) as info:
         config.env_runners(num_env_runners=-1)
     assert not isinstance(info.value, TypeError)
-    assert config.num_env_runners == 0  # all or nothing: nothing was set
+    assert config.num_env_runners == 2  # all or nothing: PPO's default is kept
 
 
 def test_unknown_env_id_is_rllibs_env_error_and_a_value_error():

@@ -30,11 +30,13 @@ class PPOConfig(AlgorithmConfig):
     accepts the PPO keys below besides the common ones, and ``validate()`` adds
     PPO's consistency checks (``use_gae`` needs ``use_critic``).
 
-    Defaults differing from ``AlgorithmConfig``: ``lr=5e-5``,
+    Defaults differing from ``AlgorithmConfig`` (RLlib's PPO's): ``lr=5e-5``,
     ``train_batch_size=4000``, ``num_epochs=30``, ``minibatch_size=128``,
-    ``shuffle_batch_per_epoch=True``, and ``rollout_fragment_length="auto"`` (as in
-    RLlib's PPO: the runners' fragments add up to the train batch, so a
-    ``train()`` samples ``train_batch_size`` steps, not a multiple of 200 per env).
+    ``shuffle_batch_per_epoch=True``, ``num_env_runners=2`` (an algorithm samples in
+    two remote runner actors; ``env_runners(num_env_runners=0)`` samples in the
+    driver's own runner), and ``rollout_fragment_length="auto"`` (the runners'
+    fragments add up to the train batch, so a ``train()`` samples
+    ``train_batch_size`` steps, not a multiple of 200 per env).
 
     Example:
         >>> config = PPOConfig().environment("CartPole-v1").training(lambda_=0.95, clip_param=0.2)
@@ -46,6 +48,7 @@ class PPOConfig(AlgorithmConfig):
     lr: float | list = 5e-5
     train_batch_size: int = 4000
     rollout_fragment_length: int | str = "auto"
+    num_env_runners: int = 2
     num_epochs: int = 30
     minibatch_size: int | None = 128
     shuffle_batch_per_epoch: bool = True
