@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -123,6 +124,7 @@ class Algorithm:
         self._time_total_s = 0.0
         self._iterations_since_restore = 0
         self._time_since_restore = 0.0
+        self._throughputs = _Throughputs()
         self.metrics = MetricsLogger()
         self._callbacks = make_callbacks(config)
         self.env_runner_group = EnvRunnerGroup(config=config, **self._group_kwargs())
@@ -259,6 +261,7 @@ class Algorithm:
                 "env_runner_sampling_timer": self._timers["sample"],
                 "learner_update_timer": self._timers["learn"],
                 "synch_weights": self._timers["synch_weights"],
+                "synch_env_connectors": self._timers["synch_env_connectors"],
             }
         self._time_total_s += t_iter
         self._time_since_restore += t_iter
@@ -276,6 +279,8 @@ class Algorithm:
             iterations_since_restore=self._iterations_since_restore,
             pid=os.getpid(),
             hostname=socket.gethostname(),
+            node_ip=_node_ip(),
+            perf=_perf(),
             config=self.config.to_dict(),
         )
         self._fire("on_train_result", algorithm=self, metrics_logger=self.metrics, result=result)
@@ -313,6 +318,7 @@ class Algorithm:
             stats = self.learner.update(episodes)
         with self._timed("synch_weights"):
             self._sync_runner_weights(group)
+        with self._timed("synch_env_connectors"):
             group.sync_env_runner_states(config=config, env_steps_sampled=self._env_steps_sampled)
         return merge_runner_metrics(runner_metrics), stats, env_steps
 
@@ -339,6 +345,7 @@ class Algorithm:
         with self._timed("synch_weights"):
             self._sync_runner_weights(group)
             sampler.set_weights_version(self.learner.weights_seq_no)
+        with self._timed("synch_env_connectors"):
             # One state per runner (its latest): each includes what its earlier ones saw.
             latest = {r.runner_id: r.connector_states for r in results if r.connector_states}
             group.sync_env_runner_states(
@@ -382,6 +389,9 @@ class Algorithm:
         self._episodes += int(sum(m.get("num_episodes", 0) for m, _, _ in steps))
         env_runners["num_episodes_lifetime"] = float(self._episodes)
         env_runners["num_env_steps_sampled_lifetime"] = float(self._env_steps_sampled)
+        env_runners["num_env_steps_sampled_lifetime_throughput"] = self._throughputs.of(
+            "num_env_steps_sampled_lifetime", self._env_steps_sampled
+        )
         result = {
             "env_runners": env_runners,
             "learners": self._learner_results(steps),
@@ -390,6 +400,7 @@ class Algorithm:
             "fault_tolerance": {
                 "num_healthy_workers": group.num_healthy_remote_env_runners(),
                 "num_remote_worker_restarts": group.num_remote_worker_restarts(),
+                "num_env_runners_dropped_lifetime": group.num_env_runners_dropped_lifetime(),
             },
             "env_runner_group": {"actor_manager_num_outstanding_async_reqs": 0},
         }
@@ -402,25 +413,47 @@ class Algorithm:
 
     def _learner_results(self, steps: list[tuple[dict, dict, int]]) -> dict[str, Any]:
         """``learners/<module id>/...`` from the last step's stats, counts over all steps."""
+        learners = self._learners_by_module()
         if self.config.is_multi_agent:
-            learners = self.learner.learners
             per_step = [stats for _, stats, _ in steps]
             env_trained = float(sum(n for _, stats, n in steps if stats))
         else:
-            learners = {DEFAULT_MODULE_ID: self.learner}
             per_step = [{DEFAULT_MODULE_ID: stats} for _, stats, _ in steps]
             env_trained = float(sum(s.get("num_env_steps_trained", 0.0) for _, s, _ in steps))
         out: dict[str, Any] = {}
-        module_trained = 0.0
+        module_trained = module_lifetime = 0.0
+        trainable = non_trainable = 0
+        throughput = self._throughputs.of
         for mid, learner in learners.items():
             trained = [s[mid] for s in per_step if mid in s]
             n = float(sum(s.get("num_env_steps_trained", 0.0) for s in trained))
             module_trained += n
-            out[mid] = _module_result(learner, trained[-1] if trained else None, n)
+            module_lifetime += float(learner.num_env_steps_trained)
+            out[mid] = module = _module_result(learner, trained[-1] if trained else None, n)
+            module["num_module_steps_trained_lifetime_throughput"] = throughput(
+                f"{mid}/num_module_steps_trained_lifetime", learner.num_env_steps_trained
+            )
+            for p in learner.module.parameters():
+                if p.requires_grad:
+                    trainable += p.numel()
+                else:
+                    non_trainable += p.numel()
+        env_lifetime = float(self.learner.num_env_steps_trained)
+        env_throughput = throughput("num_env_steps_trained_lifetime", env_lifetime)
+        module_throughput = throughput("num_module_steps_trained_lifetime", module_lifetime)
         out["__all_modules__"] = {
             "num_env_steps_trained": env_trained,
-            "num_env_steps_trained_lifetime": float(self.learner.num_env_steps_trained),
+            "num_env_steps_trained_lifetime": env_lifetime,
+            "num_env_steps_trained_throughput": env_throughput["throughput_since_last_reduce"],
+            "num_env_steps_trained_lifetime_throughput": env_throughput,
             "num_module_steps_trained": module_trained,
+            "num_module_steps_trained_lifetime": module_lifetime,
+            "num_module_steps_trained_throughput": module_throughput[
+                "throughput_since_last_reduce"
+            ],
+            "num_module_steps_trained_lifetime_throughput": module_throughput,
+            "num_trainable_parameters": float(trainable),
+            "num_non_trainable_parameters": float(non_trainable),
         }
         return out
 
@@ -706,6 +739,31 @@ class Algorithm:
         self._sync_runner_weights(self.env_runner_group)
         if self.eval_env_runner_group is not None:
             self._sync_runner_weights(self.eval_env_runner_group)
+        self._throughputs.restart(self._lifetime_counts())  # throughputs count from here
+
+    def _learners_by_module(self) -> dict[str, Any]:
+        """``{module_id: learner}`` (new stack; one ``DEFAULT_MODULE_ID`` learner single-agent)."""
+        if self.config.is_multi_agent:
+            return dict(self.learner.learners)
+        return {DEFAULT_MODULE_ID: self.learner}
+
+    def _lifetime_counts(self) -> dict[str, float]:
+        """The lifetime counters that results give throughputs of (new stack), by name."""
+        if self._old_stack:
+            return {}
+        learners = self._learners_by_module()
+        counts = {
+            f"{mid}/num_module_steps_trained_lifetime": float(learner.num_env_steps_trained)
+            for mid, learner in learners.items()
+        }
+        counts.update(
+            num_env_steps_sampled_lifetime=float(self._env_steps_sampled),
+            num_env_steps_trained_lifetime=float(self.learner.num_env_steps_trained),
+            num_module_steps_trained_lifetime=float(
+                sum(learner.num_env_steps_trained for learner in learners.values())
+            ),
+        )
+        return counts
 
     def save_to_path(self, path: str | os.PathLike | None = None, **kwargs: Any) -> str:
         """Write a checkpoint directory (``state.json``, ``arrays.npz``, ``metadata.json``).
@@ -828,6 +886,61 @@ def _iteration_done(config: Any, seconds: float, sampled: int, trained: int) -> 
         and (not min_sample or sampled >= min_sample)
         and (not min_train or trained >= min_train)
     )
+
+
+@functools.cache
+def _node_ip() -> str:
+    """This machine's IP address as Ray names its node (``node_ip`` of a result)."""
+    import ray
+
+    try:
+        return str(ray.util.get_node_ip_address())
+    except Exception:  # noqa: BLE001 - no route: the loopback, as a local Ray binds it
+        return "127.0.0.1"
+
+
+def _perf() -> dict[str, float]:
+    """``perf`` of a result: the machine's CPU and RAM use in percent (Tune's keys;
+    CPU use since the previous result), or nothing without ``psutil``."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    return {
+        "cpu_util_percent": float(psutil.cpu_percent(interval=None)),
+        "ram_util_percent": float(psutil.virtual_memory().percent),
+    }
+
+
+class _Throughputs:
+    """The ``..._throughput`` entries of lifetime counters in a result, as RLlib 2.60 has
+    them: ``{"throughput_since_last_reduce": per second since the previous result,
+    "throughput_since_last_restore": per second since the algorithm was built or restored}``.
+
+    Why its own state: each counter's value and time at the previous result, and the
+    values at the restore (a restored checkpoint's counters are not this run's work).
+    """
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self, counts: dict[str, float] | None = None) -> None:
+        """Count "since last restore" from now and from ``counts`` (the counters' restored
+        values; a counter not in it from 0)."""
+        self._restored_at = time.perf_counter()
+        self._at_restore = {k: float(v) for k, v in (counts or {}).items()}
+        self._previous: dict[str, tuple[float, float]] = {}
+
+    def of(self, key: str, lifetime: float) -> dict[str, float]:
+        """Both throughputs of counter ``key`` (now at ``lifetime``); remembers this read."""
+        now, lifetime = time.perf_counter(), float(lifetime)
+        base = self._at_restore.get(key, 0.0)
+        before, then = self._previous.get(key, (base, self._restored_at))
+        self._previous[key] = (lifetime, now)
+        return {
+            "throughput_since_last_reduce": (lifetime - before) / max(now - then, 1e-9),
+            "throughput_since_last_restore": (lifetime - base) / max(now - self._restored_at, 1e-9),
+        }
 
 
 def _module_result(learner: Any, stats: dict[str, float] | None, trained: float) -> dict:

@@ -385,6 +385,7 @@ class PPOLearner:
             "total_loss": total.item(),
             "policy_loss": policy_loss.item(),
             "vf_loss": vf_loss.item(),
+            "vf_loss_unclipped": mean(vf_err).item(),
             "entropy": entropy.item(),
             "mean_kl": kl.item(),
             "clip_fraction": mean(((ratio - 1.0).abs() > clip).float()).item(),
@@ -399,9 +400,11 @@ class PPOLearner:
             episodes: The chunks sampled with the current weights.
 
         Returns:
-            Mean loss terms over the minibatch steps, plus ``lr``,
-            ``entropy_coeff``, ``explained_variance``, ``num_env_steps_trained``
-            and the new ``weights_seq_no``.
+            Mean loss terms over the minibatch steps (PPO's ``vf_loss`` clipped at
+            ``vf_clip_param``, ``vf_loss_unclipped`` not), plus ``lr``,
+            ``entropy_coeff``, ``explained_variance``, ``num_env_steps_trained``,
+            ``num_minibatch_steps``, ``module_train_batch_size_mean`` (env steps per
+            minibatch) and the new ``weights_seq_no``.
         """
         with _torch_threads(self.config):
             return self._update(episodes)
@@ -428,7 +431,7 @@ class PPOLearner:
             smallest = max(1, size // 4)
         grad_clip = self.config.grad_clip
         totals: dict[str, float] = {}
-        steps = 0
+        steps = minibatch_steps = 0
         self.module.train()
         for _ in range(int(self.config.num_epochs)):
             order = torch.from_numpy(self._rng.permutation(rows))
@@ -446,6 +449,7 @@ class PPOLearner:
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
                 steps += 1
+                minibatch_steps += len(idx) if mask is None else int(mask[idx.numpy()].sum())
         result = {k: v / max(1, steps) for k, v in totals.items()}
         self._after_update(result)
         self.num_env_steps_trained += n
@@ -462,6 +466,7 @@ class PPOLearner:
             ),
             num_env_steps_trained=float(n),
             num_minibatch_steps=float(steps),
+            module_train_batch_size_mean=minibatch_steps / max(1, steps),
             weights_seq_no=float(self.weights_seq_no),
         )
         return result
