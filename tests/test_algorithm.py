@@ -219,6 +219,9 @@ def test_train_with_remote_runners_and_evaluation_interval(ray_session):
         assert "evaluation" not in first
         assert first["fault_tolerance"]["num_healthy_workers"] == 1
         assert first["env_runners"]["num_env_steps_sampled"] == 256
+        assert second["evaluation"]["num_healthy_workers"] == 1
+        assert second["evaluation"]["num_env_runners_dropped_lifetime"] == 0
+        assert second["evaluation"]["actor_manager_num_outstanding_async_reqs"] == 0
         evaluation = second["evaluation"]["env_runners"]
         assert evaluation["num_episodes"] >= 3
         assert math.isfinite(evaluation["episode_return_mean"])

@@ -484,19 +484,22 @@ def test_runner_cuts_a_hung_sub_env_short_within_sample_timeout_s(tmp_path):
         env_config={"marker": str(marker)},
         ready_first_batch_size=2,
         restart=True,
-        sample_timeout_s=1.0,
+        sample_timeout_s=2.0,
     )
     try:
-        assert runner.env.timeout_s == 1.0
+        assert runner.env.timeout_s == 2.0
         runner.sample(num_timesteps=40)
         marker.write_text("")
         # Ready-first, the other worker's sub-envs step on while the hung one is awaited,
         # so a call can end before the deadline has passed: sample until it has.
         start = time.monotonic()
-        while not runner.env.num_failures and time.monotonic() - start < 30:
+        while not runner.env.num_failures and time.monotonic() - start < 60:
             episodes = runner.sample(num_timesteps=100)
             assert sum(len(e) for e in episodes) >= 100
-        assert not marker.exists() and runner.env.num_failures == 2
+        assert not marker.exists()
+        # The hung worker's 2 sub-envs; on a loaded machine a replacement that takes
+        # over 2 s for its first reset is replaced again (whole shares each time).
+        assert runner.env.num_failures >= 2 and runner.env.num_failures % 2 == 0
         assert runner.get_metrics()["num_env_step_failures"] >= 1
         for e in runner.sample(num_timesteps=100):
             for sa in e.agent_episodes.values():

@@ -544,7 +544,10 @@ class Algorithm:
         Returns:
             ``{"env_runners": {...}}`` with the same keys as ``train()``'s
             ``env_runners`` (``episode_return_mean``, ...; on the old stack
-            ``episode_reward_mean``, ...), plus fault-tolerance counts.
+            ``episode_reward_mean``, ...), plus the evaluation group's fault-tolerance
+            counts (``num_healthy_workers``, ``num_remote_worker_restarts``,
+            ``num_env_runners_dropped_lifetime``) and
+            ``actor_manager_num_outstanding_async_reqs``, as RLlib's evaluation results.
         """
         self._fire("on_evaluate_start", algorithm=self, metrics_logger=self.metrics)
         results = self._evaluate()
@@ -593,6 +596,8 @@ class Algorithm:
             "env_runners": metrics,
             "num_healthy_workers": remote,
             "num_remote_worker_restarts": group.num_remote_worker_restarts(),
+            "num_env_runners_dropped_lifetime": group.num_env_runners_dropped_lifetime(),
+            "actor_manager_num_outstanding_async_reqs": group.num_in_flight_async_reqs(),
         }
 
     def _evaluate_old_stack(self, group: Any, duration: int, unit: str) -> dict[str, Any]:
