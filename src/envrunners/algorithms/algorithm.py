@@ -433,11 +433,10 @@ class Algorithm:
             module["num_module_steps_trained_lifetime_throughput"] = throughput(
                 f"{mid}/num_module_steps_trained_lifetime", learner.num_env_steps_trained
             )
-            for p in learner.module.parameters():
-                if p.requires_grad:
-                    trainable += p.numel()
-                else:
-                    non_trainable += p.numel()
+            trainable += int(module["num_trainable_parameters"])
+            non_trainable += sum(
+                p.numel() for p in learner.module.parameters() if not p.requires_grad
+            )
         env_lifetime = float(self.learner.num_env_steps_trained)
         env_throughput = throughput("num_env_steps_trained_lifetime", env_lifetime)
         module_throughput = throughput("num_module_steps_trained_lifetime", module_lifetime)
