@@ -170,6 +170,8 @@ def test_train_result_has_rllibs_keys(algo):
     module = learners["default_policy"]
     assert module["module_train_batch_size_mean"] == 64  # 256 steps in minibatches of 64
     assert module["vf_loss_unclipped"] >= module["vf_loss"]  # vf_clip_param=10 clips it
+    # Sampled with the weights of the previous update, trained by this one: 1 version.
+    assert module["diff_num_grad_updates_vs_sampler_policy"] == 1.0
     assert set(module["num_module_steps_trained_lifetime_throughput"]) == set(throughput)
     assert result["fault_tolerance"]["num_env_runners_dropped_lifetime"] == 0
     assert result["timers"]["synch_env_connectors"] >= 0.0
@@ -408,6 +410,9 @@ def test_multi_agent_two_policies_train_on_remote_runners_with_rllib_keys(ray_se
             assert math.isfinite(trained[key]), key
         # p1 is not in policies_to_train: RLlib reports only its schedules.
         assert "policy_loss" not in learners["p1"]
+        # p0 (the only trained module) is one update ahead of the weights it sampled with;
+        # the group's version counts, not p0's own learner's.
+        assert trained["diff_num_grad_updates_vs_sampler_policy"] == 1.0
         assert "default_optimizer_learning_rate" in learners["p1"]
         assert learners["__all_modules__"]["num_env_steps_trained"] == 200
         after = algo.get_weights()

@@ -160,7 +160,7 @@ def test_ppo_trains_continuously_and_improves_on_cartpole(ray_session):
     )
     algo = config.build_algo()
     try:
-        returns, staleness = [], []
+        returns, staleness, lags = [], [], []
         for _ in range(15):
             result = algo.train()
             returns.append(result["env_runners"]["episode_return_mean"])
@@ -168,8 +168,13 @@ def test_ppo_trains_continuously_and_improves_on_cartpole(ray_session):
             assert continuous["staleness_bound"] == K
             assert 0 <= continuous["weights_staleness_max"] <= K
             staleness.append(continuous["weights_staleness_mean"])
+            # RLlib's name for it, per trained step: the update itself adds one version.
+            lag = result["learners"]["default_policy"]["diff_num_grad_updates_vs_sampler_policy"]
+            assert 1.0 <= lag <= K + 1
+            lags.append(lag)
             assert result["env_runners"]["num_env_steps_sampled"] >= 512
         assert max(staleness) > 0  # the runners really sampled while the driver trained
+        assert max(lags) > 1.0
         assert np.mean(returns[-3:]) > 1.5 * np.mean(returns[:3]), returns
     finally:
         algo.stop()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from envrunners.algorithms.ppo.ppo_learner import weights_lag
 from envrunners.core.rl_module.multi_rl_module import MultiRLModuleSpec
 
 __all__ = ["ModuleConfig", "ModuleLearners", "policies_to_train"]
@@ -118,6 +119,11 @@ class ModuleLearners:
         if stats:
             self.weights_seq_no += 1
             self.num_env_steps_trained += sum(len(e) for e in episodes)
+            # The runners sample with this object's version, not the module learners'.
+            for mid in stats:
+                lag = weights_lag(chunks[mid], self.weights_seq_no)
+                if lag is not None:
+                    stats[mid]["diff_num_grad_updates_vs_sampler_policy"] = lag
         return stats
 
     def get_state(

@@ -469,6 +469,9 @@ class PPOLearner:
             module_train_batch_size_mean=minibatch_steps / max(1, steps),
             weights_seq_no=float(self.weights_seq_no),
         )
+        lag = weights_lag(episodes, self.weights_seq_no)
+        if lag is not None:
+            result["diff_num_grad_updates_vs_sampler_policy"] = lag
         return result
 
     def _after_update(self, stats: dict[str, float]) -> None:
@@ -564,6 +567,22 @@ class PGLearner(PPOLearner):
 
 
 # ---------------------------------------------------------------------- helpers
+def weights_lag(episodes: Sequence[Any], seq_no: int) -> float | None:
+    """How many weight versions ``seq_no`` is ahead of the weights the steps of
+    ``episodes`` were sampled with, on average over the steps (RLlib's
+    ``diff_num_grad_updates_vs_sampler_policy``: 1 for synchronous sampling right
+    after an update, more for data sampled continuously); None if the episodes do
+    not record their ``weights_seq_no`` (offline data)."""
+    total = count = 0
+    for episode in episodes:
+        if not len(episode) or "weights_seq_no" not in episode.extra_model_outputs:
+            continue
+        used = np.asarray(episode.get_extra_model_outputs("weights_seq_no"))
+        total += int(seq_no) * len(used) - int(used.sum())
+        count += len(used)
+    return total / count if count else None
+
+
 def _joined(columns: list[Any]) -> Any:
     """Episode columns (one per chunk; nested for Dict / Tuple spaces) joined along time."""
     return _nested.map_structure(
