@@ -155,7 +155,8 @@ def test_train_result_has_rllibs_keys(algo):
     throughput = runners["num_env_steps_sampled_lifetime_throughput"]
     assert set(throughput) == {"throughput_since_last_reduce", "throughput_since_last_restore"}
     # 256 steps in this iteration, 512 since the start: both rates are of those counts.
-    assert 0 < throughput["throughput_since_last_reduce"] <= 256 / result["time_this_iter_s"]
+    per_iteration = 256 / result["time_this_iter_s"]  # the reads are about an iteration apart
+    assert 0 < throughput["throughput_since_last_reduce"] <= 1.05 * per_iteration
     assert throughput["throughput_since_last_restore"] <= 512 / result["time_total_s"]
     everything = learners["__all_modules__"]
     num_params = sum(p.numel() for p in algo.learner.module.parameters())
