@@ -389,12 +389,14 @@ class Algorithm:
         self._episodes += int(sum(m.get("num_episodes", 0) for m, _, _ in steps))
         env_runners["num_episodes_lifetime"] = float(self._episodes)
         env_runners["num_env_steps_sampled_lifetime"] = float(self._env_steps_sampled)
-        env_runners["num_env_steps_sampled_lifetime_throughput"] = self._throughputs.of(
-            "num_env_steps_sampled_lifetime", self._env_steps_sampled
-        )
+        counts = self._lifetime_counts()
+        rates = {key: self._throughputs.of(key, count) for key, count in counts.items()}
+        env_runners["num_env_steps_sampled_lifetime_throughput"] = rates[
+            "num_env_steps_sampled_lifetime"
+        ]
         result = {
             "env_runners": env_runners,
-            "learners": self._learner_results(steps),
+            "learners": self._learner_results(steps, counts, rates),
             "num_training_step_calls_per_iteration": len(steps),
             "num_env_steps_sampled_lifetime": float(self._env_steps_sampled),
             "fault_tolerance": {
@@ -411,8 +413,11 @@ class Algorithm:
             )
         return result
 
-    def _learner_results(self, steps: list[tuple[dict, dict, int]]) -> dict[str, Any]:
-        """``learners/<module id>/...`` from the last step's stats, counts over all steps."""
+    def _learner_results(
+        self, steps: list[tuple[dict, dict, int]], counts: dict[str, float], rates: dict
+    ) -> dict[str, Any]:
+        """``learners/<module id>/...`` from the last step's stats, counts over all steps;
+        lifetime ``counts`` and their throughputs (``rates``) by ``_lifetime_counts`` name."""
         learners = self._learners_by_module()
         if self.config.is_multi_agent:
             per_step = [stats for _, stats, _ in steps]
@@ -421,32 +426,29 @@ class Algorithm:
             per_step = [{DEFAULT_MODULE_ID: stats} for _, stats, _ in steps]
             env_trained = float(sum(s.get("num_env_steps_trained", 0.0) for _, s, _ in steps))
         out: dict[str, Any] = {}
-        module_trained = module_lifetime = 0.0
+        module_trained = 0.0
         trainable = non_trainable = 0
-        throughput = self._throughputs.of
         for mid, learner in learners.items():
             trained = [s[mid] for s in per_step if mid in s]
             n = float(sum(s.get("num_env_steps_trained", 0.0) for s in trained))
             module_trained += n
-            module_lifetime += float(learner.num_env_steps_trained)
             out[mid] = module = _module_result(learner, trained[-1] if trained else None, n)
-            module["num_module_steps_trained_lifetime_throughput"] = throughput(
-                f"{mid}/num_module_steps_trained_lifetime", learner.num_env_steps_trained
-            )
+            module["num_module_steps_trained_lifetime_throughput"] = rates[
+                f"{mid}/num_module_steps_trained_lifetime"
+            ]
             trainable += int(module["num_trainable_parameters"])
             non_trainable += sum(
                 p.numel() for p in learner.module.parameters() if not p.requires_grad
             )
-        env_lifetime = float(self.learner.num_env_steps_trained)
-        env_throughput = throughput("num_env_steps_trained_lifetime", env_lifetime)
-        module_throughput = throughput("num_module_steps_trained_lifetime", module_lifetime)
+        env_throughput = rates["num_env_steps_trained_lifetime"]
+        module_throughput = rates["num_module_steps_trained_lifetime"]
         out["__all_modules__"] = {
             "num_env_steps_trained": env_trained,
-            "num_env_steps_trained_lifetime": env_lifetime,
+            "num_env_steps_trained_lifetime": counts["num_env_steps_trained_lifetime"],
             "num_env_steps_trained_throughput": env_throughput["throughput_since_last_reduce"],
             "num_env_steps_trained_lifetime_throughput": env_throughput,
             "num_module_steps_trained": module_trained,
-            "num_module_steps_trained_lifetime": module_lifetime,
+            "num_module_steps_trained_lifetime": counts["num_module_steps_trained_lifetime"],
             "num_module_steps_trained_throughput": module_throughput[
                 "throughput_since_last_reduce"
             ],
@@ -752,7 +754,8 @@ class Algorithm:
         return {DEFAULT_MODULE_ID: self.learner}
 
     def _lifetime_counts(self) -> dict[str, float]:
-        """The lifetime counters that results give throughputs of (new stack), by name."""
+        """The lifetime counters that results give throughputs of (new stack), by name:
+        what each result reads, and their values at a restore."""
         if self._old_stack:
             return {}
         learners = self._learners_by_module()
