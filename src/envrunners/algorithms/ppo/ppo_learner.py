@@ -40,7 +40,12 @@ Example:
     >>> from envrunners.algorithms.ppo import PPOConfig
     >>> from envrunners.algorithms.ppo.ppo_learner import PPOLearner
     >>> from envrunners.env.env_runner_group import EnvRunnerGroup
-    >>> config = PPOConfig().environment("CartPole-v1").training(lr=3e-4)
+    >>> config = (
+    ...     PPOConfig()
+    ...     .environment("CartPole-v1")
+    ...     .env_runners(num_env_runners=0)  # PPO's default is 2 remote runners
+    ...     .training(lr=3e-4)
+    ... )
     >>> group = EnvRunnerGroup(config=config)              # local runner only
     >>> learner = PPOLearner.from_group(config, group)
     >>> group.sync_weights(from_worker_or_learner_group=learner)
