@@ -171,3 +171,15 @@ def test_dict_observations_and_actions_train(learner_cls):
         assert any(not np.array_equal(before[k], after[k]) for k in before)
     finally:
         group.stop()
+
+
+def test_explained_variance_is_rllibs_formula_and_never_nan():
+    from envrunners.algorithms.ppo.ppo_learner import explained_variance
+
+    targets = np.array([1.0, 2.0, 3.0, 4.0])
+    assert explained_variance(targets, targets) == pytest.approx(1.0, abs=1e-5)
+    assert explained_variance(targets, np.full(4, 2.5)) == pytest.approx(0.0, abs=1e-5)
+    assert explained_variance(targets, -10 * targets) == -1.0  # clamped, as in RLlib
+    constant = np.full(5, 0.7)
+    assert explained_variance(constant, constant) == 1.0  # RLlib: 1, not NaN
+    assert explained_variance(constant, constant + np.arange(5)) == -1.0

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from envrunners.core.rl_module._flat_storage import FlatState, adoptable_flat_state
 from envrunners.env._runner_state import (
     E2M,
     M2E,
@@ -26,7 +27,7 @@ from envrunners.env._runner_state import (
     pipelines_of,
 )
 from envrunners.errors import EnvRunnerError
-from envrunners.utils.cow_arrays import adoptable_state
+from envrunners.utils.cow_arrays import MIN_BYTES, adoptable_state
 
 __all__ = [
     "add_policy",
@@ -85,7 +86,11 @@ def _set_state(
 
 
 def install_weights(
-    runner: Any, weights: Any, weights_seq_no: int = 0, global_vars: dict | None = None
+    runner: Any,
+    weights: Any,
+    weights_seq_no: int = 0,
+    global_vars: dict | None = None,
+    plain: bool = False,
 ) -> int:
     """Runner side of a weight push: ``set_state`` of the weights; returns the runner's seq no.
 
@@ -96,13 +101,39 @@ def install_weights(
     (``adoptable_state``) instead of copying. Same gating by ``weights_seq_no``
     and the same errors as ``apply_state``. The runner keeps the pushed weights
     (read-only, the object store's) until the next push.
+
+    ``plain``: the runner's ``set_state`` is ``NewStackEnvRunner``'s own. A ``FlatState``
+    (one array, see ``_flat_storage``) then goes straight to ``_set_module_state``
+    under the runner's weights lock: the same steps, without building and
+    reading a state dict (the call runs in a runner that was idle, where every
+    step costs several times what it costs hot: ~40 us of ~170 us here).
     """
-    seq_no = _set_state(runner, _pushed_state, (weights, weights_seq_no), global_vars)
+    if plain and global_vars is None and type(weights) is FlatState:
+        seq_no = _install_flat(runner, weights, int(weights_seq_no or 0))
+    else:
+        seq_no = _set_state(runner, _pushed_state, (weights, weights_seq_no), global_vars)
     # Keep the pushed object until the next push (its memory is the store's, never the
     # module's): the driver's free of it is then cheap, and the store deletes it
     # later, off both critical paths (~0.05-0.1 ms per sync and runner here).
     runner._last_pushed_weights = weights
     return seq_no
+
+
+def _install_flat(runner: Any, weights: FlatState, seq: int) -> int:
+    """``install_weights`` of a ``FlatState`` into a runner whose ``set_state`` is the base class's."""
+    try:
+        with runner._weights_lock:
+            if seq == 0 or runner._weights_seq_no < seq:
+                if runner.module is None:
+                    raise AttributeError("this runner has no module to set weights on")
+                if weights.flat is not None and weights.flat.nbytes >= MIN_BYTES:
+                    weights = _adoptable(weights)
+                runner._set_module_state(weights)
+            if seq > 0:
+                runner._weights_seq_no = max(runner._weights_seq_no, seq)
+    except Exception as err:
+        raise _runner_error(runner, "set_state()", err) from err
+    return int(runner._weights_seq_no)
 
 
 def _pushed_state(runner: Any, push: tuple[Any, Any]) -> dict:
@@ -128,7 +159,10 @@ def _adoptable(weights: dict) -> Any:
         if ray.get_runtime_context().get_actor_id() is None:
             return weights
         _in_actor = True
-    adoptable = adoptable_state(weights)
+    if type(weights) is FlatState:
+        adoptable = adoptable_flat_state(weights) if weights.flat is not None else None
+    else:
+        adoptable = adoptable_state(weights)
     return weights if adoptable is None else adoptable
 
 

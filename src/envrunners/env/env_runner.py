@@ -15,6 +15,7 @@ metrics, the weights-seq-no gated state, checkpoints, health and ``stop``.
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import math
 import random
@@ -553,7 +554,8 @@ class NewStackEnvRunner(EnvRunner):
         A method of its own, so the group calls it directly instead of sending
         ``install_weights`` through ``apply`` (no function to pickle per call).
         """
-        return install_weights(self, weights, weights_seq_no, global_vars)
+        plain = _plain_set_state(type(self))
+        return install_weights(self, weights, weights_seq_no, global_vars, plain=plain)
 
     def _apply_state(self, state: dict) -> None:
         if COMPONENT_ENV_TO_MODULE_CONNECTOR in state:
@@ -649,6 +651,13 @@ class NewStackEnvRunner(EnvRunner):
     def __repr__(self) -> str:
         index, n = getattr(self, "worker_index", None), getattr(self, "num_envs", 0)
         return f"{type(self).__name__}(worker_index={index}, num_envs={n})"
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_set_state(cls: type) -> bool:
+    """Whether ``cls`` applies states with ``NewStackEnvRunner``'s own ``set_state``."""
+    base = NewStackEnvRunner
+    return cls.set_state is base.set_state and cls._apply_state is base._apply_state
 
 
 def _sub_components(value: str | list[str] | None, prefix: str) -> list[str] | None:

@@ -75,8 +75,9 @@ from envrunners.utils.actor_manager import (
 
 __all__ = ["EnvRunnerGroup"]
 
-#: The runners' method that installs pushed weights (``EnvRunner._install_pushed_weights``).
-_INSTALL_METHOD = ActorMethod("_install_pushed_weights")
+#: The runners' method that installs pushed weights (``EnvRunner._install_pushed_weights``),
+#: called with ``(weights, weights_seq_no[, global_vars])``.
+_INSTALL_METHOD = ActorMethod("_install_pushed_weights", positional=True)
 
 logger = logging.getLogger("envrunners")
 

@@ -224,12 +224,17 @@ class CallMethod:
 
 class ActorMethod:
     """A call of the actor's own method ``name`` with the call's kwargs, instead of
-    ``apply(func, **kwargs)``: no function is pickled and sent (about 30 us per call)."""
+    ``apply(func, **kwargs)``: no function is pickled and sent (about 30 us per call).
 
-    __slots__ = ("name",)
+    With ``positional`` the kwargs' values go as positional arguments, in the kwargs'
+    order (which must be the method's): Ray then binds no signature per call.
+    """
 
-    def __init__(self, name: str):
+    __slots__ = ("name", "positional")
+
+    def __init__(self, name: str, positional: bool = False):
         self.name = name
+        self.positional = positional
 
     def __repr__(self) -> str:
         return f"<actor method {self.name}>"
@@ -574,6 +579,8 @@ class FaultTolerantActorManager:
         """``actor.apply.remote(func, **kw)``, or the actor's own method for an ``ActorMethod``."""
         actor = self._actors[actor_id]
         if type(func) is ActorMethod:
+            if func.positional:
+                return getattr(actor, func.name).remote(*kw.values())
             return getattr(actor, func.name).remote(**kw)
         return actor.apply.remote(func, **kw)
 
@@ -605,13 +612,19 @@ class FaultTolerantActorManager:
         from ray.exceptions import RayError
 
         results = RemoteCallResults()
+        values: dict[Any, Any] = {}
+        if len(ready) > 1 and not return_obj_refs:
+            try:  # one call for all (the usual case); per call below only after an error
+                values = dict(zip(ready, ray.get(ready)))
+            except RayError:
+                values = {}
         for ref in ready:
             tag, actor_id = meta[ref]
             if return_obj_refs:
                 results.add_result(actor_id, ResultOrError(result=ref), tag)
                 continue
             try:
-                value = ray.get(ref)
+                value = values[ref] if ref in values else ray.get(ref)
             except RayError as err:
                 label = f"{self.actor_label} {actor_id}"
                 results.add_result(

@@ -722,6 +722,7 @@ def _torch_threads(config: Any) -> Iterator[None]:
 
 
 def explained_variance(targets: np.ndarray, preds: np.ndarray) -> float:
-    """``1 - Var(targets - preds) / Var(targets)`` (NaN when the targets are constant)."""
+    """``max(-1, 1 - Var(targets - preds) / (Var(targets) + 1e-6))``, RLlib's formula: constant
+    targets give 1 (exact predictions) or -1, never NaN."""
     var = float(np.var(targets))
-    return math.nan if var == 0 else 1.0 - float(np.var(targets - preds)) / var
+    return max(-1.0, 1.0 - float(np.var(targets - preds)) / (var + 1e-6))

@@ -107,7 +107,8 @@ class PPOTorchPolicy(TorchPolicy):
             targets = train_batch[Postprocessing.VALUE_TARGETS]
             var = torch.var(targets, unbiased=False)
             residual = torch.var(targets - out[Columns.VF_PREDS].detach(), unbiased=False)
-            self._stats["vf_explained_var"] = torch.clamp(1.0 - residual / var, min=-1.0)
+            # (RLlib adds 1e-6 to the variance: constant targets give 1 or -1, never NaN)
+            self._stats["vf_explained_var"] = torch.clamp(1.0 - residual / (var + 1e-6), min=-1.0)
         return total
 
     def stats_fn(self, train_batch: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,15 @@ from envrunners.core.distribution.torch.torch_distribution import (
     TorchDiagGaussian,
     TorchMultiCategorical,
 )
+from envrunners.core.rl_module._flat_storage import (
+    UNSET,
+    FlatState,
+    adopt_flat,
+    flat_storage,
+    flatten,
+    matches,
+    refused,
+)
 from envrunners.core.rl_module._space_codec import space_from_dict, space_to_dict
 from envrunners.core.rl_module._state_entries import (
     drop_numpy_views,
@@ -279,7 +288,10 @@ class RLModule(nn.Module):
         entries = state_entries(self)
         targets = numpy_views(self, entries)
         state: StateDict
-        if targets is not None:  # all on CPU: the cached views (new array objects of them)
+        if targets is not None:  # all on CPU: one flat array, or the cached views
+            flat = self._flat_get_state(entries, inference_only, copy)
+            if flat is not None:
+                return flat
             if not copy:  # (views are read for sending: large ones read faster from huge pages)
                 prefer_huge_pages(self, targets)
             state = {name: view.copy() if copy else view.view() for name, view in targets[0]}
@@ -296,6 +308,46 @@ class RLModule(nn.Module):
         """Drop the entries an ``inference_only`` copy lacks; the base keeps everything."""
         return state
 
+    def _flat_get_state(
+        self, entries: dict[str, torch.Tensor], inference_only: bool, copy: bool
+    ) -> FlatState | None:
+        """The state as a ``FlatState`` (one array), or None where the entries are not flat.
+
+        A read for sending (``copy=False``) first moves the (CPU) entries into one
+        buffer, the ``inference_only`` ones first, so both the full and the inference
+        state are one slice of it (see ``_flat_storage``).
+        """
+        record = flat_storage(self, entries)
+        if record is None:
+            if copy or refused(self, entries):
+                return None
+            kept = self._inference_names(entries)
+            order = list(entries)
+            if kept is not None:
+                order = list(kept) + [name for name in entries if name not in set(kept)]
+            record = flatten(self, entries, order)
+            if record is None:  # (not tried again until the entries change)
+                return None
+            record.inference_names = kept
+            drop_numpy_views(self)
+        names = record.layout[1]
+        if inference_only and not self.inference_only:
+            if record.inference_names is UNSET:
+                record.inference_names = self._inference_names(entries)
+            names = record.inference_names
+            if names is None:
+                return None
+        return record.state_of(names, copy)
+
+    def _inference_names(self, entries: dict[str, torch.Tensor]) -> tuple[str, ...] | None:
+        """The names ``get_state(inference_only=True)`` returns; None if the hook cannot say."""
+        if self.inference_only:
+            return tuple(entries)
+        try:
+            return tuple(self._inference_only_get_state_hook(dict(entries)))
+        except Exception:  # a hook that needs numpy values: no flat inference state
+            return None
+
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Load weights from ``{name: numpy array or tensor}``, as ``get_state`` returns.
 
@@ -309,6 +361,8 @@ class RLModule(nn.Module):
             ValueError: ``state`` lacks some of this module's entries or has wrong shapes.
         """
         own = state_entries(self)
+        if type(state) is FlatState and state.flat is not None and self._set_flat_state(own, state):
+            return
         missing = [k for k in own if k not in state]
         if missing:
             shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
@@ -354,6 +408,37 @@ class RLModule(nn.Module):
             drop_numpy_views(self)  # (its views would keep the old storage alive)
         object.__setattr__(self, "_adopted_storage", adopted)
         object.__setattr__(self, "_storage_replaced", replaced)
+
+    def _set_flat_state(self, own: dict[str, torch.Tensor], state: FlatState) -> bool:
+        """Load a ``FlatState`` with one copy (or adopt its array); False: not flat here.
+
+        A module whose entries are exactly the state's (names, shapes, dtype) is
+        moved into one buffer of that layout the first time (see ``_flat_storage``).
+        """
+        record = flat_storage(self, own)
+        same = record is not None and record.layout == state.layout
+        if not same and (
+            refused(self, own) or numpy_views(self, own) is None or not matches(own, state.layout)
+        ):
+            return False
+        replaced = True
+        with torch.no_grad():
+            if state.adoptable:
+                adopt_flat(self, own, state)
+            elif not same or getattr(self, "_adopted_storage", False):
+                # (Copying into adopted, copy-on-write pages would fault in every page:
+                # fresh memory is faster and lets go of the object store's pages.)
+                if flatten(self, own, state.layout[1], source=state.flat) is None:
+                    return False
+            else:
+                np.copyto(record.array, state.flat)
+                torch.autograd.graph.increment_version(record.tensors)
+                replaced = False
+        if replaced:
+            drop_numpy_views(self)
+        object.__setattr__(self, "_adopted_storage", state.adoptable)
+        object.__setattr__(self, "_storage_replaced", replaced)
+        return True
 
     def _copy_numpy(self, own: dict[str, torch.Tensor], state: Mapping[str, Any]) -> bool:
         """Copy ``state`` into the module with ``np.copyto`` if every entry is a numpy
