@@ -129,6 +129,8 @@ class Algorithm:
         self._callbacks = make_callbacks(config)
         self.env_runner_group = EnvRunnerGroup(config=config, **self._group_kwargs())
         self.eval_env_runner_group: Any = None
+        #: Seconds per timed part of the current ``train()`` iteration (RLlib's ``timers``).
+        self._timers: dict[str, float] = collections.defaultdict(float)
         self.learner: Any = None
         #: ``config.sample_continuously``: the ``ContinuousSampler`` (built on first use).
         self._continuous: Any = None
@@ -224,6 +226,10 @@ class Algorithm:
         trained_before = self._env_steps_trained()
         steps: list[Any] = []
         while True:
+            # As in RLlib: before each step, bring back the runners restored since
+            # (without waiting for those still restarting: they join when they are up).
+            with self._timed("restore_env_runners"):
+                self._restore_env_runners(self.env_runner_group, timeout_seconds=0.0)
             steps.append(
                 self._training_step_old_stack() if self._old_stack else self._training_step()
             )
@@ -262,7 +268,12 @@ class Algorithm:
                 "learner_update_timer": self._timers["learn"],
                 "synch_weights": self._timers["synch_weights"],
                 "synch_env_connectors": self._timers["synch_env_connectors"],
+                "restore_env_runners": self._timers["restore_env_runners"],
             }
+            if self.eval_env_runner_group is not None:
+                result["timers"]["restore_eval_env_runners"] = self._timers[
+                    "restore_eval_env_runners"
+                ]
         self._time_total_s += t_iter
         self._time_since_restore += t_iter
         _deep_update(result, self.metrics.reduce())
@@ -560,9 +571,37 @@ class Algorithm:
         )
         return results
 
+    def restore_env_runners(self, env_runner_group: Any) -> list[int]:
+        """Bring back unhealthy runners of ``env_runner_group``; return the restored indices.
+
+        Waits up to ``env_runner_health_probe_timeout_s`` for runners Ray is still
+        restarting (RLlib's behaviour; ``train()`` itself does not wait). A restored
+        runner has the latest weights and connector states before it serves again
+        (the group installs them), and ``on_env_runners_recreated`` callbacks fire
+        with its indices. The result also holds runners the group restored on its own
+        since the last call.
+        """
+        return self._restore_env_runners(env_runner_group, timeout_seconds=None)
+
+    def _restore_env_runners(self, group: Any, timeout_seconds: float | None) -> list[int]:
+        if group is None or not group.num_remote_env_runners():
+            return []
+        restored = group.probe_unhealthy_env_runners(timeout_seconds=timeout_seconds)
+        if restored:
+            self._fire(
+                "on_env_runners_recreated",
+                algorithm=self,
+                env_runner_group=group,
+                env_runner_indices=list(restored),
+                is_evaluation=group is self.eval_env_runner_group,
+            )
+        return restored
+
     def _evaluate(self) -> dict[str, Any]:
         config = self.config
         group = self._eval_group()
+        with self._timed("restore_eval_env_runners"):
+            self._restore_env_runners(group, timeout_seconds=0.0)
         if self._old_stack:
             group.sync_weights(from_worker_or_learner_group=self.env_runner)
         else:

@@ -121,7 +121,7 @@ class FlatState(dict):
 
 
 class _Refused:
-    """Marks entries ``flatten`` cannot move (compared by identity; pickles as None)."""
+    """Marks the entries dict ``flatten`` could not move (kept by identity; pickles as None)."""
 
     __slots__ = ("entries",)
 
