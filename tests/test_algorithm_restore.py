@@ -41,9 +41,7 @@ def test_train_restores_a_killed_runner_fires_the_callback_and_times_it(ray_sess
         .environment("CartPole-v1")
         .env_runners(num_env_runners=2, num_cpus_per_env_runner=0, rollout_fragment_length=32)
         .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
-        .fault_tolerance(
-            restart_failed_env_runners=True, delay_between_env_runner_restarts_s=0.0
-        )
+        .fault_tolerance(restart_failed_env_runners=True, delay_between_env_runner_restarts_s=0.0)
         .callbacks(
             Recorder,
             on_env_runners_recreated=lambda env_runner_indices, **kw: functions.append(
