@@ -243,3 +243,20 @@ def test_group_sync_gives_runners_the_exact_weights_as_one_array(ray_session, hi
         assert sampled == [True, True]
     finally:
         group.stop()
+
+
+def test_a_multi_module_state_is_one_array_per_module():
+    from envrunners.core.rl_module.multi_rl_module import MultiRLModule
+
+    learner = MultiRLModule.from_modules({"p0": module(), "p1": module(hiddens=(8,))})
+    runner = MultiRLModule.from_modules(
+        {"p0": module(inference_only=True), "p1": module(inference_only=True, hiddens=(8,))}
+    )
+    pushed = learner.get_state(inference_only=True, copy=False)
+    assert all(type(pushed[m]) is FlatState for m in ("p0", "p1"))
+    assert out_of_band_buffers(pushed) == 2
+    runner.set_state(pickle.loads(pickle.dumps(pushed)))
+    for mid in ("p0", "p1"):
+        assert is_flat(runner[mid])
+        for key, value in pushed[mid].items():
+            np.testing.assert_array_equal(runner[mid].get_state()[key], value)
