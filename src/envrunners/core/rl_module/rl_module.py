@@ -276,6 +276,10 @@ class RLModule(nn.Module):
     ) -> StateDict:
         """Return the weights (and buffers) as ``{name: numpy array}``.
 
+        Once the module keeps its entries in one buffer (the first ``copy=False``
+        read, as a weight sync does), this is a ``FlatState``: the same dict, whose
+        arrays are views of one array that crosses Ray as one buffer.
+
         Args:
             components: Ignored by single modules (``MultiRLModule`` selects by id).
             not_components: Ignored by single modules.
@@ -286,12 +290,12 @@ class RLModule(nn.Module):
             **kwargs: Accepted and ignored, for RLlib call compatibility.
         """
         entries = state_entries(self)
+        flat = self._flat_get_state(entries, inference_only, copy)
+        if flat is not None:
+            return flat
         targets = numpy_views(self, entries)
         state: StateDict
-        if targets is not None:  # all on CPU: one flat array, or the cached views
-            flat = self._flat_get_state(entries, inference_only, copy)
-            if flat is not None:
-                return flat
+        if targets is not None:  # all on CPU: the cached views (new array objects of them)
             if not copy:  # (views are read for sending: large ones read faster from huge pages)
                 prefer_huge_pages(self, targets)
             state = {name: view.copy() if copy else view.view() for name, view in targets[0]}
@@ -319,8 +323,8 @@ class RLModule(nn.Module):
         """
         record = flat_storage(self, entries)
         if record is None:
-            if copy or refused(self, entries):
-                return None
+            if copy or refused(self, entries) or numpy_views(self, entries) is None:
+                return None  # (numpy_views: the entries are cached and on the CPU)
             kept = self._inference_names(entries)
             order = list(entries)
             if kept is not None:
