@@ -21,12 +21,12 @@ import pytest
 import ray
 import ray.cloudpickle
 import torch
+from tests.test_weight_adoption import group_config
 
-from envrunners.algorithms.algorithm_config import AlgorithmConfig
 from envrunners.core.rl_module._flat_storage import FlatState, flat_storage
 from envrunners.core.rl_module._state_entries import state_entries
 from envrunners.core.rl_module.default_torch_rl_module import DefaultTorchRLModule
-from envrunners.core.rl_module.rl_module import RLModule, RLModuleSpec
+from envrunners.core.rl_module.rl_module import RLModule
 from envrunners.env.env_runner_group import EnvRunnerGroup
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -206,15 +206,7 @@ def test_other_layouts_take_the_general_path_and_bad_shapes_still_fail():
 # ---------------------------------------------------------------------- a real group
 @pytest.mark.parametrize("hiddens", [[32, 32], [700, 700]], ids=["copied", "adopted"])
 def test_group_sync_gives_runners_the_exact_weights_as_one_array(ray_session, hiddens):
-    config = (
-        AlgorithmConfig()
-        .rl_module(rl_module_spec=RLModuleSpec())
-        .environment("CartPole-v1")
-        .env_runners(num_env_runners=2, num_cpus_per_env_runner=0, rollout_fragment_length=10)
-        .rl_module(model_config={"fcnet_hiddens": hiddens})
-        .debugging(seed=0)
-    )
-    group = EnvRunnerGroup(config=config, standby_env_runner=False)
+    group = EnvRunnerGroup(config=group_config(hiddens), standby_env_runner=False)
     try:
         local = group.local_env_runner
         for seq, factor in ((1, 2.0), (2, -3.0)):

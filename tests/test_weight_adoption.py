@@ -100,17 +100,21 @@ def test_module_adopts_then_copies_into_fresh_memory(ray_session):
 
 
 # ---------------------------------------------------------------------- group
-@pytest.fixture(scope="module")
-def big_group(ray_session):
-    config = (
+def group_config(hiddens: list[int]) -> AlgorithmConfig:
+    """Two remote CartPole runners (no CPUs reserved) with an MLP of ``hiddens``."""
+    return (
         AlgorithmConfig()
         .rl_module(rl_module_spec=RLModuleSpec())
         .environment("CartPole-v1")
         .env_runners(num_env_runners=2, num_cpus_per_env_runner=0, rollout_fragment_length=10)
-        .rl_module(model_config={"fcnet_hiddens": HIDDENS})
+        .rl_module(model_config={"fcnet_hiddens": hiddens})
         .debugging(seed=0)
     )
-    group = EnvRunnerGroup(config=config, standby_env_runner=False)
+
+
+@pytest.fixture(scope="module")
+def big_group(ray_session):
+    group = EnvRunnerGroup(config=group_config(HIDDENS), standby_env_runner=False)
     yield group
     group.stop()
 
