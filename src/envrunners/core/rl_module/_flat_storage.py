@@ -251,11 +251,10 @@ def flatten(
     if source is not None:
         np.copyto(array, source)
     views = _views(array, layout)
-    with torch.no_grad():
-        for name, tensor in zip(names, tensors):
-            if source is None:
-                np.copyto(views[name], tensor.detach().numpy())
-            tensor.data = torch.from_numpy(views[name])
+    for name, tensor in zip(names, tensors):  # (``.data`` swaps record no autograd op)
+        if source is None:
+            np.copyto(views[name], tensor.detach().numpy())
+        tensor.data = torch.from_numpy(views[name])
     record = FlatStorage(entries, tensors, array, layout)
     object.__setattr__(module, _RECORD_ATTR, record)
     return record
@@ -271,9 +270,8 @@ def adoptable_flat_state(state: FlatState) -> FlatState | None:
 def adopt_flat(module: torch.nn.Module, entries: dict, state: FlatState) -> FlatStorage:
     """Make ``state``'s (adoptable, private) arrays the storage of ``entries``: no copy."""
     tensors = [entries[n] for n in state.layout[1]]
-    with torch.no_grad():
-        for tensor, view in zip(tensors, dict.values(state)):
-            tensor.data = torch.from_numpy(view)
+    for tensor, view in zip(tensors, dict.values(state)):
+        tensor.data = torch.from_numpy(view)
     record = FlatStorage(entries, tensors, state.flat, state.layout)
     object.__setattr__(module, _RECORD_ATTR, record)
     return record

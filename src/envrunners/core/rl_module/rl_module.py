@@ -425,19 +425,19 @@ class RLModule(nn.Module):
             refused(self, own) or numpy_views(self, own) is None or not matches(own, state.layout)
         ):
             return False
+        # (No ``torch.no_grad()``: nothing here records autograd operations.)
         replaced = True
-        with torch.no_grad():
-            if state.adoptable:
-                adopt_flat(self, own, state)
-            elif not same or getattr(self, "_adopted_storage", False):
-                # (Copying into adopted, copy-on-write pages would fault in every page:
-                # fresh memory is faster and lets go of the object store's pages.)
-                if flatten(self, own, state.layout[1], source=state.flat) is None:
-                    return False
-            else:
-                np.copyto(record.array, state.flat)
-                torch.autograd.graph.increment_version(record.tensors)
-                replaced = False
+        if state.adoptable:
+            adopt_flat(self, own, state)
+        elif not same or getattr(self, "_adopted_storage", False):
+            # (Copying into adopted, copy-on-write pages would fault in every page:
+            # fresh memory is faster and lets go of the object store's pages.)
+            if flatten(self, own, state.layout[1], source=state.flat) is None:
+                return False
+        else:
+            np.copyto(record.array, state.flat)
+            torch.autograd.graph.increment_version(record.tensors)
+            replaced = False
         if replaced:
             drop_numpy_views(self)
         object.__setattr__(self, "_adopted_storage", state.adoptable)
