@@ -227,7 +227,7 @@ class ActorMethod:
     ``apply(func, **kwargs)``: no function is pickled and sent (about 30 us per call).
 
     With ``positional`` the kwargs' values go as positional arguments, in the kwargs'
-    order (which must be the method's): Ray then binds no signature per call.
+    order (which must be the method's), as a plain ``actor.f.remote(ref, n)`` sends them.
     """
 
     __slots__ = ("name", "positional")
