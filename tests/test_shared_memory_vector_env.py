@@ -79,6 +79,31 @@ class FailingCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
+class _ExitWhenPickled:
+    """An info value whose pickling ends the (worker) process: it dies after answering,
+    before its message is sent (the answer is in shared memory, the message never comes)."""
+
+    def __reduce__(self):
+        os._exit(1)
+
+
+class DiesBeforeItsMessage(gym.Wrapper):
+    """CartPole whose ``die_at``-th step returns an info that kills its worker while it is
+    sent; only once (``marker``, a file), so the replacement worker behaves."""
+
+    def __init__(self, die_at: int, marker: str):
+        super().__init__(gym.make("CartPole-v1"))
+        self.calls, self.die_at, self.marker = 0, die_at, marker
+
+    def step(self, action):
+        self.calls += 1
+        obs, r, te, tr, info = self.env.step(action)
+        if self.calls == self.die_at and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            info = {"x": _ExitWhenPickled()}
+        return obs, r, te, tr, info
+
+
 def start_stepping(env, batch_size):
     """Reset ``env`` (2 workers of 2 sub-envs); ready-first: both shares received and sent again."""
     if batch_size is None:
@@ -355,6 +380,46 @@ def test_a_killed_worker_is_replaced_when_restarting_failed_sub_envs(batch_size)
         if batch_size is None:
             env.step(np.zeros(4, np.int64))
             assert not env.failed.any()
+    finally:
+        env.close()
+    assert not mp.active_children()
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_a_worker_dying_after_its_answer_before_its_message_is_replaced(tmp_path, batch_size):
+    fns = cartpole_fns(4)
+    marker = str(tmp_path / "died")
+    fns[2] = lambda: DiesBeforeItsMessage(die_at=3, marker=marker)
+    env = SharedMemoryVectorEnv(fns, num_workers=2, batch_size=batch_size, restart_failed=True)
+    try:
+        old_pid = env.processes[1].pid
+        start_stepping(env, batch_size)
+        if batch_size is None:
+            results = None
+            for _ in range(5):
+                obs, rew, te, tr, _ = env.step(np.zeros(4, np.int64))
+                if env.failed.any():
+                    results = (np.arange(4), obs, rew, te, tr)
+                    break
+            assert results is not None
+        else:
+            results = recv_until(env, lambda r: env.failed.any())
+        ids, obs, rew, te, tr = results[:5]
+        assert os.path.exists(marker)
+        # The rows of the lost message are the replacement's reset, marked failed.
+        assert env.failed.tolist() == [False, False, True, True]
+        assert all(isinstance(e, VectorEnvWorkerDiedError) for _, e in env.last_errors)
+        rows = np.isin(ids, [2, 3])
+        assert rows.sum() == 2
+        assert (rew[rows] == 0).all() and not te[rows].any() and not tr[rows].any()
+        assert (np.abs(obs[rows]) <= 0.05).all()  # CartPole's start states
+        assert env.processes[1].pid != old_pid and env.processes[1].is_alive()
+        if batch_size is None:
+            env.step(np.zeros(4, np.int64))
+            assert not env.failed.any()
+        else:  # (the returned shares step again once they are sent)
+            env.send(np.zeros(len(ids), np.int64), ids)
+            recv_until(env, lambda r: not env.failed[r[0]].any() and 2 in r[0])
     finally:
         env.close()
     assert not mp.active_children()

@@ -978,6 +978,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         sent_at = self._sent_at
         self._tokens -= len(workers)
         errors: list[tuple[int, str, str, str, Any]] = []
+        lost: list[tuple[int, int]] = []
         for k, row in zip(workers, rows, strict=True):
             ready[k] = 0  # (a scalar store per worker: cheaper than indexing with the list)
             in_flight[k] = False
@@ -986,8 +987,11 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
                 continue
             try:
                 msg = self._conns[k].recv()
-            except (EOFError, OSError):  # its results are in; their message is lost
-                self._worker_died(k, what, respawn=False)
+            except (EOFError, OSError):  # it died after answering, before its message went
+                if not self.restart_failed or self.closed:
+                    self._worker_died(k, what, respawn=False)
+                lost.append((k, row))
+                continue
             lo = int(self.shares[k][0])
             for j, info in msg.get("infos", ()):
                 infos[row + j] = info
@@ -1000,12 +1004,31 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
                 errors.append((lo, what, text, tb, None))
             if "result" in msg:
                 infos[row : row + len(self.shares[k])] = msg["result"]
+        for k, row in lost:
+            self._replace_answer(k, row, infos, what)
         if errors:
             i, phase, text, tb, err = errors[0]
             more = f" ({len(errors) - 1} other sub-env(s) failed too)" if len(errors) > 1 else ""
             raise SubEnvError(
                 f"raised {text} in {phase}(){more}", sub_env_index=i, remote_traceback=tb
             ) from err
+
+    def _replace_answer(self, k: int, row: int, infos: list, what: str) -> None:
+        """Worker ``k`` died between answering and sending its message (``restart_failed``):
+        replace it and wait for the replacement's reset, whose sub-envs count as failed and
+        stand in this answer's rows (as when a worker dies while stepping).
+
+        Why: the lost message may have held the sub-envs' infos or failures, so the
+        stepped rows cannot be trusted; the caller reads the rows after this.
+        """
+        proc = self.processes[k]
+        if proc is not None and proc.exitcode is None:  # (its pipe broke; it is not gone yet)
+            proc.kill()
+            proc.join(5.0)
+        self._worker_died(k, what)
+        while not self._ready[k]:  # one more "done" release at a time (another worker's too)
+            self._acquire(self._tokens + 1, "resetting a replaced worker")
+        self._consume([k], infos, [row], "resetting a replaced worker")
 
     def _note_failure(
         self, i: int, phase: str, text: str, tb: str, err: BaseException | None
@@ -1187,6 +1210,10 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         else:
             env_ids = np.concatenate([self._share_ids[w] for w in workers])
             rows = env_ids
+        infos: list = [{} for _ in range(len(env_ids))]
+        share = len(self.shares[0])
+        # (first: a worker replaced in ``_consume`` rewrites its rows)
+        self._consume(workers, infos, [n * share for n in range(k)], "stepping")
         obs = _take(self._obs, rows)
         v = self._views
         rewards, terms, truncs = (
@@ -1194,9 +1221,6 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             v["terms"][rows].copy(),
             v["truncs"][rows].copy(),
         )
-        infos: list = [{} for _ in range(len(env_ids))]
-        share = len(self.shares[0])
-        self._consume(workers, infos, [n * share for n in range(k)], "stepping")
         self._last_recv = (env_ids, workers, rows)
         return env_ids, obs, rewards, terms, truncs, infos
 
