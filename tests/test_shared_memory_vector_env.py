@@ -104,6 +104,22 @@ class DiesBeforeItsMessage(gym.Wrapper):
         return obs, r, te, tr, info
 
 
+def assert_worker_1_replaced(
+    env, ids, obs, rew, te, tr, error_cls=VectorEnvWorkerDiedError, *, sync: bool
+):
+    """Worker 1 (sub-envs 2, 3) was replaced after ``error_cls``: its rows are fresh
+    resets, marked failed, and it runs again (``sync``: the next ``step`` is clean)."""
+    assert env.failed.tolist() == [False, False, True, True]
+    assert all(isinstance(e, error_cls) for _, e in env.last_errors)
+    rows = np.isin(ids, [2, 3])
+    assert (rew[rows] == 0).all() and not te[rows].any() and not tr[rows].any()
+    assert (np.abs(obs[rows]) <= 0.05).all()  # CartPole's start states
+    assert env.processes[1].is_alive()
+    if sync:
+        env.step(np.zeros(4, np.int64))
+        assert not env.failed.any()
+
+
 def start_stepping(env, batch_size):
     """Reset ``env`` (2 workers of 2 sub-envs); ready-first: both shares received and sent again."""
     if batch_size is None:
@@ -370,16 +386,9 @@ def test_a_killed_worker_is_replaced_when_restarting_failed_sub_envs(batch_size)
             ids = np.arange(4)
         else:
             ids, obs, rew, te, tr, _ = recv_until(env, lambda results: env.failed.any())
-        assert env.failed.tolist() == [False, False, True, True]
         assert [i for i, _ in env.last_errors] == [2, 3]
-        assert all(isinstance(e, VectorEnvWorkerDiedError) for _, e in env.last_errors)
-        rows = np.isin(ids, [2, 3])
-        assert (rew[rows] == 0).all() and not te[rows].any() and not tr[rows].any()
-        assert (np.abs(obs[rows]) <= 0.05).all()  # CartPole's start states
-        assert env.processes[1].pid != old_pid and env.processes[1].is_alive()
-        if batch_size is None:
-            env.step(np.zeros(4, np.int64))
-            assert not env.failed.any()
+        assert env.processes[1].pid != old_pid
+        assert_worker_1_replaced(env, ids, obs, rew, te, tr, sync=batch_size is None)
     finally:
         env.close()
     assert not mp.active_children()
@@ -407,17 +416,10 @@ def test_a_worker_dying_after_its_answer_before_its_message_is_replaced(tmp_path
         ids, obs, rew, te, tr = results[:5]
         assert os.path.exists(marker)
         # The rows of the lost message are the replacement's reset, marked failed.
-        assert env.failed.tolist() == [False, False, True, True]
-        assert all(isinstance(e, VectorEnvWorkerDiedError) for _, e in env.last_errors)
-        rows = np.isin(ids, [2, 3])
-        assert rows.sum() == 2
-        assert (rew[rows] == 0).all() and not te[rows].any() and not tr[rows].any()
-        assert (np.abs(obs[rows]) <= 0.05).all()  # CartPole's start states
-        assert env.processes[1].pid != old_pid and env.processes[1].is_alive()
-        if batch_size is None:
-            env.step(np.zeros(4, np.int64))
-            assert not env.failed.any()
-        else:  # (the returned shares step again once they are sent)
+        assert np.isin(ids, [2, 3]).sum() == 2
+        assert env.processes[1].pid != old_pid
+        assert_worker_1_replaced(env, ids, obs, rew, te, tr, sync=batch_size is None)
+        if batch_size is not None:  # (the returned shares step again once they are sent)
             env.send(np.zeros(len(ids), np.int64), ids)
             recv_until(env, lambda r: not env.failed[r[0]].any() and 2 in r[0])
     finally:
