@@ -564,15 +564,25 @@ class NewStackEnvRunner(EnvRunner):
             self._set_connector_state(self._module_to_env, state[COMPONENT_MODULE_TO_ENV_CONNECTOR])
         if COMPONENT_RL_MODULE in state:
             seq = int(state.get(M.WEIGHTS_SEQ_NO, 0) or 0)
-            if seq == 0 or self._weights_seq_no < seq:
-                weights = runner_setup.resolve_ref(state[COMPONENT_RL_MODULE])
-                if self.module is None:
-                    raise AttributeError("this runner has no module to set weights on")
-                self._set_module_state(weights)
-            if seq > 0:
-                self._weights_seq_no = max(self._weights_seq_no, seq)
+            self._apply_weights(state[COMPONENT_RL_MODULE], seq, runner_setup.resolve_ref)
         if "num_env_steps_sampled_lifetime" in state:
             self.num_env_steps_sampled_lifetime = int(state["num_env_steps_sampled_lifetime"])
+
+    def _apply_weights(self, weights: Any, seq: int, prepare: Callable[[Any], Any]) -> None:
+        """Load ``prepare(weights)`` into the module if ``seq`` is 0 or newer than ours
+        (``prepare`` runs only then: resolving a ref, or making adoptable views); then
+        take ``seq`` as ours. Call with ``_weights_lock`` held.
+
+        Raises:
+            AttributeError: The runner has no module.
+        """
+        if seq == 0 or self._weights_seq_no < seq:
+            weights = prepare(weights)
+            if self.module is None:
+                raise AttributeError("this runner has no module to set weights on")
+            self._set_module_state(weights)
+        if seq > 0:
+            self._weights_seq_no = max(self._weights_seq_no, seq)
 
     def get_weights(self, modules: Any = None) -> dict:
         """The module weights (``get_state(components="rl_module")``), or those of ``modules``."""

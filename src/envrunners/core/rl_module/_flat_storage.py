@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from envrunners.utils.cow_arrays import adoptable_state
+from envrunners.core.rl_module._state_entries import CacheRecord
+from envrunners.utils.cow_arrays import MIN_BYTES, adoptable_state
 
 __all__ = [
     "UNSET",
@@ -120,18 +121,6 @@ class FlatState(dict):
     update = _detaching(dict.update)
 
 
-class _Refused:
-    """Marks the entries dict ``flatten`` could not move (kept by identity; pickles as None)."""
-
-    __slots__ = ("entries",)
-
-    def __init__(self, entries: dict):
-        self.entries = entries
-
-    def __reduce__(self) -> tuple:
-        return (type(None), ())
-
-
 class FlatStorage:
     """The record of a flattened module: its entries as slices of one buffer.
 
@@ -183,8 +172,8 @@ class FlatStorage:
 
 def refused(module: torch.nn.Module, entries: dict) -> bool:
     """Whether ``flatten`` found ``entries`` (``state_entries``) impossible to move."""
-    marker = module.__dict__.get(_REFUSED_ATTR)
-    return marker is not None and marker.entries is entries
+    marker = module.__dict__.get(_REFUSED_ATTR)  # (``(entries,)``, kept by identity)
+    return marker is not None and marker[0] is entries
 
 
 def flat_storage(module: torch.nn.Module, entries: dict) -> FlatStorage | None:
@@ -242,7 +231,7 @@ def flatten(
     if sorted(names) != sorted(entries):
         return None
     if not can_flatten(entries):  # (remembered: not tried again for these entries)
-        object.__setattr__(module, _REFUSED_ATTR, _Refused(entries))
+        object.__setattr__(module, _REFUSED_ATTR, CacheRecord((entries,)))
         return None
     tensors = [entries[n] for n in names]
     dtype = tensors[0].detach().numpy().dtype
@@ -263,6 +252,8 @@ def flatten(
 def adoptable_flat_state(state: FlatState) -> FlatState | None:
     """``state`` (fresh from ``ray.get``) as a copy-on-write private ``FlatState`` the
     module may adopt (see ``envrunners.utils.cow_arrays``), or None: copy it."""
+    if state.flat.nbytes < MIN_BYTES:  # (no walk of the state: copying is cheaper)
+        return None
     views = adoptable_state({"flat": state.flat})
     return None if views is None else FlatState(views["flat"], state.layout, adoptable=True)
 

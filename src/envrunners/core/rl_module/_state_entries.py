@@ -31,7 +31,13 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["drop_numpy_views", "numpy_views", "prefer_huge_pages", "state_entries"]
+__all__ = [
+    "CacheRecord",
+    "drop_numpy_views",
+    "numpy_views",
+    "prefer_huge_pages",
+    "state_entries",
+]
 
 #: Replaced by a new object whenever torch registers a parameter, buffer or module.
 _token: object = object()
@@ -44,7 +50,7 @@ _MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25
 _DATA_PTR = torch.Tensor.data_ptr
 
 
-class _Cache(tuple):
+class CacheRecord(tuple):
     """A cache record kept on a module; a copied or pickled module goes without it (it
     describes the original's tensors)."""
 
@@ -86,7 +92,7 @@ def state_entries(module: nn.Module) -> dict[str, torch.Tensor]:
     entries = module.state_dict(keep_vars=True)
     record = _cache_record(module, entries) or (None, None, None)
     # (``object.__setattr__``: a plain attribute, past nn.Module's registration)
-    object.__setattr__(module, _CACHE_ATTR, _Cache((token, *record)))
+    object.__setattr__(module, _CACHE_ATTR, CacheRecord((token, *record)))
     return entries
 
 
@@ -148,7 +154,7 @@ def numpy_views(
             break
     targets = (views, tensors) if len(views) == len(tensors) else None
     pointers = list(map(_DATA_PTR, tensors))
-    object.__setattr__(module, _VIEWS_ATTR, _Cache((entries, targets, tensors, pointers)))
+    object.__setattr__(module, _VIEWS_ATTR, CacheRecord((entries, targets, tensors, pointers)))
     return targets
 
 
@@ -173,7 +179,7 @@ def prefer_huge_pages(module: nn.Module, targets: tuple[list, list] | None) -> N
     done = module.__dict__.get(_HUGE_PAGES_ATTR)
     if done is not None and done[0] is targets:
         return
-    object.__setattr__(module, _HUGE_PAGES_ATTR, _Cache((targets,)))
+    object.__setattr__(module, _HUGE_PAGES_ATTR, CacheRecord((targets,)))
     spans = []
     for _, view in targets[0]:
         addr = view.__array_interface__["data"][0]

@@ -867,9 +867,13 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
         ]
         if not late:
             return
-        k = min(late)[1]
-        in_flight = self._in_flight
-        while in_flight[k] and not ready[k]:  # one more "done" release at a time
+        self._await_answer(min(late)[1], what)
+
+    def _await_answer(self, k: int, what: str) -> None:
+        """Wait until in-flight worker ``k`` has answered, taking one more "done" release
+        at a time (other workers' answers meanwhile stay as tokens for later calls)."""
+        in_flight, ready = self._in_flight, self._ready
+        while in_flight[k] and not ready[k]:
             self._acquire(self._tokens + 1, what)
 
     def _check_alive(self, what: str) -> None:
@@ -1026,8 +1030,7 @@ class SharedMemoryVectorEnv(gym.vector.VectorEnv):
             proc.kill()
             proc.join(5.0)
         self._worker_died(k, what)
-        while not self._ready[k]:  # one more "done" release at a time (another worker's too)
-            self._acquire(self._tokens + 1, "resetting a replaced worker")
+        self._await_answer(k, "resetting a replaced worker")
         self._consume([k], infos, [row], "resetting a replaced worker")
 
     def _note_failure(
